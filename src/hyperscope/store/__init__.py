@@ -1,0 +1,1 @@
+"""Profiles on disk (Parquet + metadata), the jobs catalog, import and export of trace files."""

@@ -1,0 +1,288 @@
+"""Streaming reader of Chrome-trace / Kineto JSON files.
+
+Kineto files are one JSON object whose ``traceEvents`` array holds every event, with other keys
+(``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``, ...) before and after it. Files
+reach several GB, so this reader never holds the whole document: it hands out chunks of complete
+events (raw bytes, as written), and the header and trailer objects once they have been read.
+
+Chunks are cut at the separator that the writer put between two events (for Kineto
+``"},\\n  {"``). Because a raw newline cannot occur inside a JSON string, a separator that contains a
+newline can only be structural; a chunk cut at a wrong place (a compact file whose args hold nested
+objects) fails to parse downstream and is re-split exactly by :func:`split_events`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any, Final
+
+import orjson
+
+from hyperscope.errors import TraceFormatError
+
+READ_BYTES: Final = 4 << 20
+CHUNK_BYTES: Final = 32 << 20
+_HEADER_LIMIT: Final = 512 << 20
+_WS: Final = b" \t\r\n"
+_FIRST_SEP = re.compile(rb"\}(\s*,\s*)\{")
+_DECODER = json.JSONDecoder(parse_float=Decimal)
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Complete events as written in the file, ``sep`` between consecutive ones."""
+
+    first_index: int
+    count: int
+    text: bytes
+    sep: bytes
+
+
+@dataclass(slots=True)
+class TraceFile:
+    """One trace file being read. Iterate :meth:`chunks` once; then ``header``/``trailer`` are set."""
+
+    path: Path
+    progress: Callable[[int], None] | None = None
+    header: dict[str, Any] = field(default_factory=dict)
+    trailer: dict[str, Any] = field(default_factory=dict)
+    events: int = 0
+    compressed: bool = False
+
+    def chunks(self) -> Iterator[Chunk]:
+        try:
+            raw = self.path.open("rb")
+        except FileNotFoundError:
+            raise TraceFormatError(self.path, "file does not exist") from None
+        except IsADirectoryError:
+            raise TraceFormatError(self.path, "is a directory, not a trace file") from None
+        except OSError as exc:
+            raise TraceFormatError(self.path, f"cannot be opened: {exc.strerror}") from None
+        with raw:
+            self.compressed = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if self.compressed else raw
+            yield from self._chunks(_Blocks(self.path, stream, raw, self.progress))
+
+    def _chunks(self, blocks: _Blocks) -> Iterator[Chunk]:
+        buf = blocks.read_until(lambda b: b.lstrip(_WS + b"\xef\xbb\xbf") != b"")
+        buf = buf.lstrip(_WS + b"\xef\xbb\xbf")
+        if not buf:
+            raise TraceFormatError(self.path, "file is empty", expected="a JSON trace")
+        if buf[:1] == b"[":
+            top_level_object = False
+            pending = buf[1:]
+        elif buf[:1] == b"{":
+            top_level_object = True
+            pending = self._read_header(blocks, buf)
+        else:
+            raise TraceFormatError(
+                self.path, f"starts with {buf[:20]!r}", expected="a JSON object or array"
+            )
+        pending = blocks.read_until(lambda b: b.lstrip(_WS) != b"", pending).lstrip(_WS)
+        if pending[:1] == b"]":
+            self._read_trailer(pending[1:], blocks, top_level_object)
+            return
+        if pending[:1] != b"{":
+            raise TraceFormatError(
+                self.path, f"found {pending[:20]!r}", event_index=0, expected="an event object"
+            )
+        sep = self._separator(blocks, pending)
+        index = 0
+        while True:
+            if not blocks.eof and len(pending) < CHUNK_BYTES:
+                pending += blocks.read()
+                continue
+            if blocks.eof:
+                break
+            cut = self._cut(pending, sep)
+            if cut <= 0:  # one event larger than a chunk: keep reading
+                pending += blocks.read()
+                continue
+            text, pending = pending[: cut + 1], pending[cut + len(sep) - 1 :]
+            count = text.count(sep) + 1
+            yield Chunk(index, count, text, sep)
+            index += count
+        # The last event is followed by "]" and the trailer, so it is delimited by parsing it. The
+        # trailer may hold the separator too: step back over it (a few times at most).
+        cut = pending.rfind(sep)
+        first_error: TraceFormatError | None = None
+        for _ in range(4):
+            head, tail = (pending[: cut + 1], pending[cut + len(sep) - 1 :]) if cut > 0 else (b"", pending)
+            try:
+                last_text, rest = self._last_event(tail, index + (head.count(sep) + 1 if head else 0))
+                break
+            except TraceFormatError as exc:
+                first_error = first_error or exc
+                cut = pending.rfind(sep, 0, cut) if cut > 0 else -1
+                if cut <= 0:
+                    raise first_error from None
+        else:
+            assert first_error is not None
+            raise first_error
+        text = head + sep[1:-1] + last_text if head else last_text
+        count = text.count(sep) + 1
+        yield Chunk(index, count, text, sep)
+        self.events = index + count
+        self._read_trailer(rest.lstrip(_WS)[1:], blocks, top_level_object)
+
+    def _cut(self, pending: bytes, sep: bytes) -> int:
+        """Where to end a chunk: after the last complete event that ``pending`` holds."""
+        cut = pending.rfind(sep)
+        if b"\n" in sep or cut <= 0:
+            return cut  # a separator with a newline is never inside an event
+        for _ in range(8):  # compact JSON: nested objects may hold the separator too
+            try:
+                orjson.loads(b"[" + pending[: cut + 1] + b"]")
+                return cut
+            except orjson.JSONDecodeError:
+                cut = pending.rfind(sep, 0, cut)
+                if cut <= 0:
+                    return cut
+        return -1
+
+    def _read_header(self, blocks: _Blocks, buf: bytes) -> bytes:
+        key = b'"traceEvents"'
+        while (pos := buf.find(key)) < 0:
+            if blocks.eof or len(buf) > _HEADER_LIMIT:
+                raise TraceFormatError(
+                    self.path, "has no traceEvents array", field="traceEvents", expected="a list"
+                )
+            buf += blocks.read()
+        head = buf[:pos].rstrip(_WS).rstrip(b",")
+        try:
+            self.header = orjson.loads(head + b"}") if head.strip(_WS) != b"{" else {}
+        except orjson.JSONDecodeError as exc:
+            raise TraceFormatError(self.path, f"invalid JSON before traceEvents: {exc}") from None
+        rest = blocks.read_until(lambda b: len(b.lstrip(_WS + b":")) > 0, buf[pos + len(key) :])
+        rest = rest.lstrip(_WS)
+        if rest[:1] != b":" or rest[1:].lstrip(_WS)[:1] != b"[":
+            raise TraceFormatError(self.path, "is not a list", field="traceEvents", expected="a list")
+        return rest[1:].lstrip(_WS)[1:]
+
+    def _separator(self, blocks: _Blocks, pending: bytes) -> bytes:
+        """The bytes between two events: decided from the end of the first event."""
+        while True:
+            try:
+                text = pending.decode("utf-8", errors="replace")
+                _, end = _DECODER.raw_decode(text)
+                break
+            except json.JSONDecodeError:
+                if blocks.eof or len(pending) > CHUNK_BYTES:
+                    return b"},{"  # let the exact splitter report what is wrong
+                pending += blocks.read()
+        after = text[end:].encode()
+        match = _FIRST_SEP.match(b"}" + after[: 64])
+        return b"}" + match.group(1) + b"{" if match else b"},{"
+
+    def _last_event(self, tail: bytes, index: int) -> tuple[bytes, bytes]:
+        try:
+            text = tail.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(self.path, f"is not UTF-8 ({exc.reason})", event_index=index) from None
+        try:
+            _, end = _DECODER.raw_decode(text)
+        except json.JSONDecodeError as exc:
+            problem = (
+                "file ends inside this event (truncated?)"
+                if exc.pos >= len(text.rstrip())
+                else f"invalid JSON: {exc.msg}"
+            )
+            raise TraceFormatError(self.path, problem, event_index=index) from None
+        head = text[:end].encode()
+        rest = text[end:].encode().lstrip(_WS)
+        if rest[:1] == b",":
+            raise TraceFormatError(
+                self.path, "file ends after this event (truncated?)", event_index=index + 1
+            )
+        if rest[:1] != b"]":
+            raise TraceFormatError(
+                self.path, f"found {rest[:20]!r} after the event", event_index=index,
+                expected="',' or ']'",
+            )
+        return head, rest
+
+    def _read_trailer(self, rest: bytes, blocks: _Blocks, top_level_object: bool) -> None:
+        while not blocks.eof:
+            rest += blocks.read()
+        rest = rest.strip(_WS)
+        if not top_level_object:
+            if rest:
+                raise TraceFormatError(self.path, f"unexpected {rest[:20]!r} after the event list")
+            return
+        if rest[:1] == b",":
+            try:
+                self.trailer = orjson.loads(b"{" + rest[1:])
+            except orjson.JSONDecodeError as exc:
+                raise TraceFormatError(self.path, f"invalid JSON after traceEvents: {exc}") from None
+        elif rest != b"}":
+            problem = "file ends before the closing '}' (truncated?)" if not rest else f"unexpected {rest[:20]!r}"
+            raise TraceFormatError(self.path, problem + " after traceEvents")
+
+
+class _Blocks:
+    """Blocks of decompressed bytes, reporting compressed bytes consumed for progress bars."""
+
+    def __init__(
+        self, path: Path, stream: IO[bytes], raw: IO[bytes], progress: Callable[[int], None] | None
+    ) -> None:
+        self.path, self.stream, self.raw, self.progress = path, stream, raw, progress
+        self.eof = False
+        self._reported = 0
+
+    def read(self) -> bytes:
+        try:
+            data = self.stream.read(READ_BYTES)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise TraceFormatError(self.path, f"gzip stream is damaged or truncated: {exc}") from None
+        if not data:
+            self.eof = True
+        if self.progress is not None:
+            done = self.raw.tell()
+            self.progress(done - self._reported)
+            self._reported = done
+        return data
+
+    def read_until(self, ok: Callable[[bytes], bool], buf: bytes = b"") -> bytes:
+        while not ok(buf) and not self.eof:
+            buf += self.read()
+        return buf
+
+
+def split_events(path: Path, chunk: Chunk) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Parse a chunk event by event (exactly, slowly): used when the fast path cannot be trusted.
+
+    Numbers with a fraction are kept as :class:`~decimal.Decimal` so timestamps keep every digit.
+    """
+    try:
+        text = chunk.text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        index = chunk.first_index + chunk.text[: exc.start].count(chunk.sep)
+        raise TraceFormatError(path, f"is not UTF-8 ({exc.reason})", event_index=index) from None
+    pos, index, end_of_text = 0, chunk.first_index, len(text)
+    while True:
+        while pos < end_of_text and text[pos] in " \t\r\n":
+            pos += 1
+        try:
+            event, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(path, f"invalid JSON: {exc.msg}", event_index=index) from None
+        yield index, event
+        index += 1
+        while pos < end_of_text and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= end_of_text:
+            return
+        if text[pos] != ",":
+            raise TraceFormatError(
+                path, f"found {text[pos:pos + 20]!r} after the event", event_index=index - 1,
+                expected="','",
+            )
+        pos += 1

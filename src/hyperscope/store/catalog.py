@@ -1,0 +1,229 @@
+"""The jobs catalog: SQLite in the store root, safe for several writer processes.
+
+SQLite in WAL mode with a busy timeout lets captures on several ranks, an import and the UI server
+write and read at once. Every write is one short ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from hyperscope.errors import JobNotFound, StoreError, UsageError
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    name        TEXT NOT NULL UNIQUE,
+    created_ns  INTEGER NOT NULL,
+    updated_ns  INTEGER NOT NULL,
+    status      TEXT NOT NULL,
+    nodes       TEXT NOT NULL DEFAULT '[]',
+    ranks       INTEGER NOT NULL DEFAULT 0,
+    message     TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS profiles (
+    id          TEXT PRIMARY KEY,
+    job_id      INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+    created_ns  INTEGER NOT NULL,
+    source      TEXT NOT NULL,
+    events      INTEGER NOT NULL,
+    ranks       INTEGER NOT NULL,
+    bytes       INTEGER NOT NULL,
+    origin      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS profiles_job ON profiles(job_id);
+"""
+
+
+class JobStatus(enum.StrEnum):
+    """The states SageMaker Profiler users know."""
+
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+    STOPPING = "Stopping"
+
+    @classmethod
+    def parse(cls, text: str) -> JobStatus:
+        for status in cls:
+            if status.value.lower() == text.lower():
+                return status
+        raise UsageError(f"unknown status {text!r}; expected one of {', '.join(s.value for s in cls)}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRef:
+    id: str
+    job_id: int
+    created_ns: int
+    source: str
+    events: int
+    ranks: int
+    bytes: int
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    name: str
+    created_ns: int
+    updated_ns: int
+    status: JobStatus
+    nodes: list[str]
+    ranks: int
+    message: str
+    profiles: list[ProfileRef] = field(default_factory=list)
+
+
+class Catalog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: cannot open the jobs catalog: {exc}") from exc
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"{self.path}: cannot write the jobs catalog: {exc}") from exc
+
+    def add_profile(
+        self,
+        job_name: str,
+        profile: ProfileRef,
+        *,
+        status: JobStatus,
+        nodes: list[str],
+        created_ns: int,
+    ) -> Job:
+        """Create the job if it is new, attach the profile, update the job's nodes and ranks."""
+        with self._write() as db:
+            row = db.execute("SELECT id, nodes, ranks FROM jobs WHERE name = ?", (job_name,)).fetchone()
+            if row is None:
+                cur = db.execute(
+                    "INSERT INTO jobs(name, created_ns, updated_ns, status, nodes, ranks) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (job_name, created_ns, created_ns, status.value, json.dumps(nodes), profile.ranks),
+                )
+                job_id = int(cur.lastrowid or 0)
+            else:
+                job_id = int(row[0])
+                merged = sorted(set(json.loads(row[1])) | set(nodes))
+                db.execute(
+                    "UPDATE jobs SET updated_ns = ?, status = ?, nodes = ?, ranks = max(ranks, ?) "
+                    "WHERE id = ?",
+                    (created_ns, status.value, json.dumps(merged), profile.ranks, job_id),
+                )
+            db.execute(
+                "INSERT INTO profiles(id, job_id, created_ns, source, events, ranks, bytes, origin) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    profile.id,
+                    job_id,
+                    profile.created_ns,
+                    profile.source,
+                    profile.events,
+                    profile.ranks,
+                    profile.bytes,
+                    profile.origin,
+                ),
+            )
+        return self.job(str(job_id))
+
+    def set_status(self, job: str, status: JobStatus, message: str = "") -> None:
+        found = self.job(job)
+        with self._write() as db:
+            db.execute(
+                "UPDATE jobs SET status = ?, message = ?, updated_ns = strftime('%s','now') * 1000000000 "
+                "WHERE id = ?",
+                (status.value, message, found.id),
+            )
+
+    def job(self, job: str) -> Job:
+        """A job by name, or by number when no job has that name."""
+        row = self._db.execute(_JOB_SELECT + " WHERE name = ?", (job,)).fetchone()
+        if row is None and job.isdigit():
+            row = self._db.execute(_JOB_SELECT + " WHERE id = ?", (int(job),)).fetchone()
+        if row is None:
+            raise JobNotFound(job)
+        return self._with_profiles(_job(row))
+
+    def jobs(
+        self,
+        *,
+        search: str | None = None,
+        status: JobStatus | None = None,
+        since_ns: int | None = None,
+    ) -> list[Job]:
+        where, params = [], []
+        if search:
+            where.append("name LIKE ? ESCAPE '\\'")
+            escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            params.append(f"%{escaped}%")
+        if status is not None:
+            where.append("status = ?")
+            params.append(status.value)
+        if since_ns is not None:
+            where.append("created_ns >= ?")
+            params.append(since_ns)
+        sql = _JOB_SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_ns DESC, id DESC"
+        return [self._with_profiles(_job(r)) for r in self._db.execute(sql, params).fetchall()]
+
+    def remove(self, job: str) -> Job:
+        found = self.job(job)
+        with self._write() as db:
+            db.execute("DELETE FROM jobs WHERE id = ?", (found.id,))
+        return found
+
+    def profile_ids(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT id FROM profiles").fetchall()}
+
+    def _with_profiles(self, job: Job) -> Job:
+        rows = self._db.execute(
+            "SELECT id, job_id, created_ns, source, events, ranks, bytes, origin FROM profiles "
+            "WHERE job_id = ? ORDER BY created_ns",
+            (job.id,),
+        ).fetchall()
+        job.profiles.extend(ProfileRef(*r) for r in rows)
+        return job
+
+
+_JOB_SELECT: Final = "SELECT id, name, created_ns, updated_ns, status, nodes, ranks, message FROM jobs"
+
+
+def _job(row: tuple[object, ...]) -> Job:
+    id_, name, created, updated, status, nodes, ranks, message = row
+    return Job(
+        id=int(str(id_)),
+        name=str(name),
+        created_ns=int(str(created)),
+        updated_ns=int(str(updated)),
+        status=JobStatus(str(status)),
+        nodes=list(json.loads(str(nodes))),
+        ranks=int(str(ranks)),
+        message=str(message),
+    )

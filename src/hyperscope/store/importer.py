@@ -1,0 +1,279 @@
+"""Import of Kineto / Chrome-trace JSON files into one profile.
+
+Each file is streamed in chunks (``_tracefile``); each chunk becomes typed rows through DuckDB
+(``_sql``) and lands in an unsorted staging part. Once every file has been read, the parts are sorted
+by track and time and written as the profile's single events file. Memory stays bounded by the
+chunk size and DuckDB's memory limit, whatever the size of the trace.
+
+Any error leaves nothing behind: the staging directory is removed and the catalog is not touched.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Final
+
+import duckdb
+import orjson
+
+from hyperscope.errors import TraceFormatError, UsageError
+from hyperscope.schema.events import PHASES, PHASES_WITHOUT_TS
+from hyperscope.schema.layout import RankMeta
+from hyperscope.store import _sql
+from hyperscope.store._tracefile import Chunk, TraceFile, split_events
+
+_RANK_IN_NAME: Final = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
+_BOOL_TIME: Final = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false)')
+_KNOWN: Final = frozenset(_sql.KNOWN_KEYS)
+#: Timestamps above this many microseconds are taken as Unix-epoch based (after 2001-09-09).
+_EPOCH_US_MIN: Final = 10**15
+
+
+@dataclass(slots=True)
+class FileResult:
+    path: Path
+    rank: int
+    events: int
+    exact_chunks: int = 0
+
+
+@dataclass(slots=True)
+class StagedImport:
+    """What the importer produced in a staging directory, before it is published."""
+
+    ranks: list[RankMeta] = field(default_factory=list)
+    files: list[FileResult] = field(default_factory=list)
+
+
+def trace_files(paths: Sequence[Path]) -> list[Path]:
+    """Expand directories into the trace files they hold; refuse what does not exist."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            inside = sorted(
+                p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")) and p.is_file()
+            )
+            if not inside:
+                raise TraceFormatError(path, "directory holds no .json or .json.gz trace file")
+            found.extend(inside)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise TraceFormatError(path, "file does not exist")
+    if not found:
+        raise UsageError("no trace file given")
+    return found
+
+
+def rank_from_name(path: Path) -> int | None:
+    match = _RANK_IN_NAME.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+class Importer:
+    """Reads trace files into staging parts; ``finish`` writes the sorted events file."""
+
+    def __init__(
+        self,
+        work_dir: Path,
+        *,
+        progress: Callable[[int], None] | None = None,
+        memory_limit: str = "512MB",
+    ) -> None:
+        self.work_dir = work_dir
+        self.progress = progress
+        self.con = duckdb.connect(
+            config={
+                "memory_limit": memory_limit,
+                "threads": 2,
+                "temp_directory": str(work_dir / "spill"),
+                "preserve_insertion_order": True,
+            }
+        )
+        self.result = StagedImport()
+        self._part = 0
+
+    def close(self) -> None:
+        self.con.close()
+
+    def add_file(self, path: Path, rank: int | None, *, default_rank: int | None = None) -> RankMeta:
+        trace = TraceFile(path, self.progress)
+        chunks = trace.chunks()
+        # The header (distributedInfo, host name) is known once the first chunk has been cut.
+        first = next(chunks, None)
+        meta = self._rank_meta(path, trace.header, rank, default_rank)
+        exact = 0
+        for chunk in [first] if first is not None else []:
+            exact += self._add_chunk(path, chunk, meta)
+        for chunk in chunks:
+            exact += self._add_chunk(path, chunk, meta)
+        meta.header.update({k: v for k, v in trace.trailer.items() if k != "traceEvents"})
+        self._set_clock(meta)
+        meta.events = trace.events
+        self.result.ranks.append(meta)
+        self.result.files.append(FileResult(path, meta.rank, trace.events, exact))
+        return meta
+
+    def _rank_meta(
+        self, path: Path, header: dict[str, Any], rank: int | None, default_rank: int | None
+    ) -> RankMeta:
+        info = header.get("distributedInfo")
+        info = info if isinstance(info, dict) else {}
+        if rank is None:
+            declared = info.get("rank")
+            rank = declared if isinstance(declared, int) else rank_from_name(path)
+        if rank is None:
+            rank = default_rank
+        if rank is None:
+            raise UsageError(
+                f"{path}: cannot tell its rank (no distributedInfo.rank, no rank in the file name); "
+                "import it alone with --rank N"
+            )
+        for other in self.result.ranks:
+            if other.rank == rank:
+                raise UsageError(
+                    f"{path} and {other.source_file} both hold rank {rank}; "
+                    "import them as separate jobs or rename the files"
+                )
+        node = header.get("host_name") or header.get("hostname") or ""
+        world = info.get("world_size")
+        devices = header.get("deviceProperties")
+        rest = {
+            k: v
+            for k, v in header.items()
+            if k not in ("deviceProperties", "distributedInfo", "traceEvents")
+        }
+        return RankMeta(
+            rank=rank,
+            node=str(node),
+            source_file=str(path),
+            world_size=world if isinstance(world, int) else None,
+            device_properties=devices if isinstance(devices, list) else [],
+            distributed_info=info,
+            header=rest,
+        )
+
+    def _set_clock(self, meta: RankMeta) -> None:
+        base = meta.header.get("baseTimeNanoseconds")
+        if isinstance(base, int) and base > 0:
+            meta.clock, meta.clock_offset_ns = "base_time_ns", base
+            return
+        row = self.con.execute(
+            "SELECT min(ts_ns) FROM read_parquet(?) WHERE ph <> 'M'",
+            [str(self.work_dir / f"part-r{meta.rank}-*.parquet")],
+        ).fetchall()[0]
+        low = row[0] if row else None
+        meta.clock = "epoch_us" if low is not None and low >= _EPOCH_US_MIN * 1000 else "relative"
+
+    def _add_chunk(self, path: Path, chunk: Chunk, meta: RankMeta) -> int:
+        """Fast path through DuckDB; falls back to the exact parser, which also names errors."""
+        ndjson = self.work_dir / "chunk.ndjson"
+        exact = bool(_BOOL_TIME.search(chunk.text))
+        if not exact:
+            ndjson.write_bytes(_to_ndjson(chunk))
+            try:
+                self.con.execute(_sql.read_raw(str(ndjson)))
+                exact = _count(self.con, _sql.invalid_rows()) > 0 or (
+                    _count(self.con, _sql.unknown_keys(str(ndjson))) > 0
+                )
+            except duckdb.Error:
+                exact = True
+        if exact:
+            ndjson.write_bytes(_exact_ndjson(path, chunk))
+            try:
+                self.con.execute(_sql.read_raw(str(ndjson)))
+            except duckdb.Error as exc:
+                raise TraceFormatError(path, f"cannot be read: {exc}") from None
+            if _count(self.con, _sql.invalid_rows()) > 0:
+                raise TraceFormatError(path, "holds events of an unsupported shape")
+        self.con.execute(_sql.stage())
+        flags = self.con.execute(_sql.clean_columns()).fetchall()[0]
+        clean = [bool(f) if f is not None else True for f in (flags or ())]
+        part = self.work_dir / f"part-r{meta.rank}-{self._part:05d}.parquet"
+        self._part += 1
+        self.con.execute(
+            f"COPY ({_sql.rows(meta.rank, meta.node, clean)}) TO {_sql.quote(str(part))} "
+            "(FORMAT parquet, COMPRESSION lz4)"
+        )
+        ndjson.unlink()
+        return int(exact)
+
+
+def _count(con: duckdb.DuckDBPyConnection, query: str) -> int:
+    row = con.execute(query).fetchall()[0]
+    return int(row[0]) if row else 0
+
+
+def _to_ndjson(chunk: Chunk) -> bytes:
+    """One event per line: separators become newlines, other newlines (never inside strings) spaces."""
+    text = chunk.text.replace(chunk.sep, b"}\x01{")
+    return text.replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\x01", b"\n") + b"\n"
+
+
+def _decimal(value: object) -> orjson.Fragment:
+    if isinstance(value, Decimal):
+        return orjson.Fragment(str(value).encode())
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _exact_ndjson(path: Path, chunk: Chunk) -> bytes:
+    lines = []
+    for index, event in split_events(path, chunk):
+        _validate(path, index, event)
+        extra = {k: event.pop(k) for k in [k for k in event if k not in _KNOWN]}
+        if extra:
+            event["__extra"] = extra
+        lines.append(orjson.dumps(event, default=_decimal))
+    return b"\n".join(lines) + b"\n"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, Decimal)) and not isinstance(value, bool)
+
+
+def _validate(path: Path, index: int, event: object) -> None:
+    """The rules of the fast path's ``invalid_rows``, with a message that says which one failed."""
+
+    def fail(field: str | None, problem: str, expected: str | None = None) -> None:
+        raise TraceFormatError(path, problem, event_index=index, field=field, expected=expected)
+
+    if not isinstance(event, dict):
+        fail(None, f"is a {type(event).__name__}", "an object")
+        return
+    ph = event.get("ph")
+    if ph is None:
+        fail("ph", "is missing", "a Chrome-trace phase such as 'X'")
+    if not isinstance(ph, str):
+        fail("ph", f"is {ph!r}", "a string")
+    elif ph not in PHASES:
+        fail("ph", f"unknown event phase {ph!r}", "one of " + "".join(sorted(PHASES)))
+    for key in ("cat", "name"):
+        if event.get(key) is not None and not isinstance(event[key], str):
+            fail(key, f"is {event[key]!r}", "a string")
+    if ph == "X" and event.get("name") is None:
+        fail("name", "is missing", "a string")
+    ts = event.get("ts")
+    if ts is None and ph not in PHASES_WITHOUT_TS:
+        fail("ts", "is missing", "a number of microseconds")
+    if ts is not None and not _is_number(ts):
+        fail("ts", f"is {ts!r}", "a number of microseconds")
+    dur = event.get("dur")
+    if dur is None and ph == "X":
+        fail("dur", "is missing", "a number of microseconds")
+    if dur is not None and not _is_number(dur):
+        fail("dur", f"is {dur!r}", "a number of microseconds")
+    for key in ("pid", "tid"):
+        value = event.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, str))):
+            fail(key, f"is {value!r}", "an integer or a string")
+    if event.get("args") is not None and not isinstance(event["args"], dict):
+        fail("args", f"is {type(event['args']).__name__}", "an object")
+
+
+def now_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,196 @@
+"""A profile on disk: writing its sorted, compact Parquet files atomically, and reading them back.
+
+Writes go to a staging directory that is renamed into place only when complete, so a reader never
+sees half a profile and an interrupted write leaves nothing a reader would pick up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hyperscope.errors import StoreError
+from hyperscope.schema.events import DELTA_COLUMNS, EVENT_SCHEMA, SORT_KEY
+from hyperscope.schema.layout import (
+    EVENTS_DIR,
+    META_FILE,
+    PROFILES_DIR,
+    SAMPLES_DIR,
+    STAGING_PREFIX,
+    ProfileMeta,
+)
+
+ROW_GROUP_ROWS: Final = 256 * 1024
+_STRING_COLUMNS: Final = [f.name for f in EVENT_SCHEMA if f.type == pa.string()]
+
+
+def new_profile_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@contextmanager
+def staging(home: Path) -> Iterator[Path]:
+    """A private work directory under the store root; removed whatever happens."""
+    root = home / PROFILES_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(root)
+    path = root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_abandoned(root: Path) -> None:
+    """Staging directories of processes that no longer run (killed imports, crashed captures)."""
+    for entry in root.glob(f"{STAGING_PREFIX}*"):
+        pid_text = entry.name[len(STAGING_PREFIX) :].split("-", 1)[0]
+        if pid_text.isdigit() and not _alive(int(pid_text)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_events(
+    con: duckdb.DuckDBPyConnection,
+    parts_glob: str,
+    out_dir: Path,
+    offsets: dict[int, int],
+) -> int:
+    """Sort staged parts by track and time, add each rank's clock offset, write one Parquet file.
+
+    Row groups never span two ranks, so a reader of one rank skips the others by statistics.
+    """
+    events_dir = out_dir / EVENTS_DIR
+    events_dir.mkdir(parents=True, exist_ok=True)
+    writer = pq.ParquetWriter(
+        events_dir / "part-00000.parquet",
+        EVENT_SCHEMA,
+        compression="zstd",
+        compression_level=9,
+        use_dictionary=_STRING_COLUMNS,
+        column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS},
+        write_statistics=True,
+        data_page_size=1 << 20,
+    )
+    total = 0
+    order = ", ".join(SORT_KEY)
+    columns = ", ".join(f.name for f in EVENT_SCHEMA)
+    try:
+        for rank in sorted(offsets):
+            reader = con.sql(
+                f"SELECT * REPLACE (ts_ns + {int(offsets[rank])} AS ts_ns) "
+                f"FROM read_parquet('{_sq(parts_glob.format(rank=rank))}') ORDER BY {order}"
+            ).to_arrow_reader(ROW_GROUP_ROWS)
+            pending: list[pa.RecordBatch] = []
+            rows = 0
+            for batch in reader:
+                pending.append(batch.select(columns.split(", ")))
+                rows += batch.num_rows
+                if rows >= ROW_GROUP_ROWS:
+                    writer.write_table(_table(pending), row_group_size=ROW_GROUP_ROWS)
+                    total += rows
+                    pending, rows = [], 0
+            if pending:
+                writer.write_table(_table(pending), row_group_size=ROW_GROUP_ROWS)
+                total += rows
+    finally:
+        writer.close()
+    return total
+
+
+def _table(batches: list[pa.RecordBatch]) -> pa.Table:
+    return pa.Table.from_batches(batches).cast(EVENT_SCHEMA)
+
+
+def publish(home: Path, staged: Path, meta: ProfileMeta) -> Path:
+    """Write the metadata, flush everything to disk, and make the profile visible in one rename."""
+    (staged / META_FILE).write_text(meta.to_json())
+    for path in staged.rglob("*"):
+        if path.is_file():
+            _fsync(path)
+    target = home / PROFILES_DIR / meta.profile_id
+    os.rename(staged, target)
+    _fsync_dir(target.parent)
+    return target
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        _fsync(path)
+    except OSError:  # some filesystems refuse fsync on directories; the rename is still atomic
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A published profile: its metadata and SQL access to its tables."""
+
+    path: Path
+    meta: ProfileMeta
+
+    @classmethod
+    def open(cls, path: Path) -> Profile:
+        meta_path = path / META_FILE
+        try:
+            text = meta_path.read_text()
+        except FileNotFoundError:
+            raise StoreError(f"{meta_path}: profile metadata is missing") from None
+        return cls(path, ProfileMeta.from_json(text, meta_path))
+
+    @property
+    def events_glob(self) -> str:
+        return str(self.path / EVENTS_DIR / "*.parquet")
+
+    @property
+    def has_samples(self) -> bool:
+        return any((self.path / SAMPLES_DIR).glob("*.parquet"))
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with views ``events`` and ``samples`` over this profile."""
+        con = duckdb.connect()
+        con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{_sq(self.events_glob)}')")
+        if self.has_samples:
+            glob = str(self.path / SAMPLES_DIR / "*.parquet")
+            con.execute(f"CREATE VIEW samples AS SELECT * FROM read_parquet('{_sq(glob)}')")
+        else:
+            con.execute(
+                "CREATE VIEW samples AS SELECT NULL::INTEGER AS rank, NULL::VARCHAR AS node, "
+                "NULL::INTEGER AS device, NULL::VARCHAR AS metric, NULL::BIGINT AS ts_ns, "
+                "NULL::DOUBLE AS value WHERE false"
+            )
+        return con
+
+    def disk_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+
+def _sq(text: str) -> str:
+    return text.replace("'", "''")

@@ -1,0 +1,155 @@
+"""The store root: the jobs catalog and the profiles it lists, and the operations on both."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hyperscope.errors import HyperscopeError, StoreError, UsageError
+from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, RankMeta, profile_dir
+from hyperscope.store import profile as _profile
+from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
+from hyperscope.store.importer import FileResult, Importer, now_ns, trace_files
+
+ENV_HOME = "HYPERSCOPE_HOME"
+
+
+def default_home() -> Path:
+    env = os.environ.get(ENV_HOME)
+    return Path(env).expanduser() if env else Path.home() / ".hyperscope"
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    job: Job
+    profile: ProfileRef
+    files: list[FileResult]
+    ranks: list[RankMeta]
+    source_bytes: int
+
+
+class Store:
+    """Everything under one root directory (``--home``, ``$HYPERSCOPE_HOME`` or ``~/.hyperscope``)."""
+
+    def __init__(self, home: Path | str | None = None) -> None:
+        self.home = Path(home).expanduser() if home is not None else default_home()
+        try:
+            (self.home / PROFILES_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.home}: cannot create the store directory: {exc.strerror}") from exc
+        self.catalog = Catalog(self.home / CATALOG_FILE)
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- import ---------------------------------------------------------------------------------
+
+    def import_traces(
+        self,
+        paths: Sequence[Path | str],
+        job: str,
+        *,
+        rank: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Import trace files (one per rank) as one profile of ``job``; all or nothing."""
+        if not job.strip():
+            raise UsageError("the job name is empty")
+        files = trace_files([Path(p) for p in paths])
+        if rank is not None and len(files) != 1:
+            raise UsageError("--rank applies to a single file; several files take their ranks from the traces")
+        source_bytes = sum(f.stat().st_size for f in files)
+        created = now_ns()
+        try:
+            with _profile.staging(self.home) as work:
+                importer = Importer(work, progress=progress)
+                try:
+                    for path in files:
+                        importer.add_file(path, rank, default_rank=0 if len(files) == 1 else None)
+                    staged = importer.result
+                    out = work / "out"
+                    offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
+                    events = _profile.write_events(
+                        importer.con, str(work / "part-r{rank}-*.parquet"), out, offsets
+                    )
+                    bounds = importer.con.execute(
+                        "SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM read_parquet(?) "
+                        "WHERE ph <> 'M'",
+                        [str(out / "events" / "*.parquet")],
+                    ).fetchall()[0]
+                finally:
+                    importer.close()
+                meta = ProfileMeta(
+                    profile_id=_profile.new_profile_id(),
+                    source="import",
+                    created_ns=created,
+                    ranks=sorted(staged.ranks, key=lambda r: r.rank),
+                    events=events,
+                    ts_min_ns=bounds[0] if bounds else None,
+                    ts_max_ns=bounds[1] if bounds else None,
+                )
+                target = _profile.publish(self.home, out, meta)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise StoreError(
+                    f"{self.home}: disk full while importing; nothing was stored. Free space and retry."
+                ) from exc
+            raise StoreError(f"{self.home}: cannot write the profile: {exc}") from exc
+        ref = ProfileRef(
+            id=meta.profile_id,
+            job_id=0,
+            created_ns=created,
+            source="import",
+            events=events,
+            ranks=len(meta.ranks),
+            bytes=_profile.Profile(target, meta).disk_bytes(),
+            origin=", ".join(str(f) for f in files),
+        )
+        try:
+            job_row = self.catalog.add_profile(
+                job, ref, status=JobStatus.COMPLETED, nodes=meta.nodes, created_ns=created
+            )
+        except HyperscopeError:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        return ImportReport(job_row, job_row.profiles[-1], staged.files, meta.ranks, source_bytes)
+
+    # -- read -----------------------------------------------------------------------------------
+
+    def jobs(
+        self, *, search: str | None = None, status: JobStatus | None = None, since_ns: int | None = None
+    ) -> list[Job]:
+        return self.catalog.jobs(search=search, status=status, since_ns=since_ns)
+
+    def job(self, job: str) -> Job:
+        return self.catalog.job(job)
+
+    def profile(self, job: str, profile_id: str | None = None) -> _profile.Profile:
+        """A job's profile: the one named, else the newest."""
+        found = self.catalog.job(job)
+        if not found.profiles:
+            raise UsageError(f"job {found.name!r} has no profile yet")
+        refs = [p for p in found.profiles if profile_id is None or p.id == profile_id]
+        if not refs:
+            ids = ", ".join(p.id for p in found.profiles)
+            raise UsageError(f"job {found.name!r} has no profile {profile_id!r}; it has {ids}")
+        return _profile.Profile.open(profile_dir(self.home, refs[-1].id))
+
+    # -- delete ---------------------------------------------------------------------------------
+
+    def remove(self, job: str) -> Job:
+        """Forget the job first (readers stop finding it), then delete its files."""
+        removed = self.catalog.remove(job)
+        for ref in removed.profiles:
+            shutil.rmtree(profile_dir(self.home, ref.id), ignore_errors=True)
+        return removed
