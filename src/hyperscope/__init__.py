@@ -1,3 +1,23 @@
-"""hyperscope: profile training on your own GPUs and keep it alive on Slurm."""
+"""hyperscope: profile training on your own GPU machines and keep it alive on Slurm.
+
+The public surface is what ``__all__`` lists; everything else may change without notice.
+"""
+
+from hyperscope.errors import HyperscopeError, JobNotFound, StoreError, TraceFormatError, UsageError
+from hyperscope.store.catalog import Job, JobStatus
+from hyperscope.store.store import ImportReport, Store
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "HyperscopeError",
+    "ImportReport",
+    "Job",
+    "JobNotFound",
+    "JobStatus",
+    "Store",
+    "StoreError",
+    "TraceFormatError",
+    "UsageError",
+    "__version__",
+]

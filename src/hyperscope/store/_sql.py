@@ -114,7 +114,9 @@ def stage() -> str:
             parts.append(f"CASE WHEN json_type({h}) = 'VARCHAR' THEN {h}->>'$' END AS v{i}")
             parts.append(f"({h} IS NULL OR json_type({h}) = 'VARCHAR') AS ok{i}")
         elif t == "BIGINT":
-            parts.append(f"CASE WHEN json_type({h}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({h} AS BIGINT) END AS v{i}")
+            parts.append(
+                f"CASE WHEN json_type({h}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({h} AS BIGINT) END AS v{i}"
+            )
             parts.append(f"({h} IS NULL OR v{i} IS NOT NULL) AS ok{i}")
         elif t == "DOUBLE":
             # A JSON number with a fraction or exponent parses to the double that export prints back.
@@ -182,7 +184,6 @@ def rows(rank: int, node: str, clean: list[bool]) -> str:
         "'id', CASE WHEN id_i IS NULL THEN id END, 'bp', bp, 's', s)"
     )
     cols.append(
-        f"nullif(json_merge_patch(coalesce(__extra, '{{}}'::JSON), {leftovers})::VARCHAR, '{{}}')"
-        " AS extra"
+        f"nullif(json_merge_patch(coalesce(__extra, '{{}}'::JSON), {leftovers})::VARCHAR, '{{}}') AS extra"
     )
     return "SELECT " + ",\n  ".join(cols) + " FROM staged"

@@ -68,7 +68,9 @@ class TraceFile:
         with raw:
             self.compressed = raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
-            stream: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if self.compressed else raw
+            stream: IO[bytes] = (
+                gzip.GzipFile(fileobj=raw, mode="rb") if self.compressed else raw  # type: ignore[assignment]
+            )
             yield from self._chunks(_Blocks(self.path, stream, raw, self.progress))
 
     def _chunks(self, blocks: _Blocks) -> Iterator[Chunk]:
@@ -83,9 +85,7 @@ class TraceFile:
             top_level_object = True
             pending = self._read_header(blocks, buf)
         else:
-            raise TraceFormatError(
-                self.path, f"starts with {buf[:20]!r}", expected="a JSON object or array"
-            )
+            raise TraceFormatError(self.path, f"starts with {buf[:20]!r}", expected="a JSON object or array")
         pending = blocks.read_until(lambda b: b.lstrip(_WS) != b"", pending).lstrip(_WS)
         if pending[:1] == b"]":
             self._read_trailer(pending[1:], blocks, top_level_object)
@@ -179,7 +179,7 @@ class TraceFile:
                     return b"},{"  # let the exact splitter report what is wrong
                 pending += blocks.read()
         after = text[end:].encode()
-        match = _FIRST_SEP.match(b"}" + after[: 64])
+        match = _FIRST_SEP.match(b"}" + after[:64])
         return b"}" + match.group(1) + b"{" if match else b"},{"
 
     def _last_event(self, tail: bytes, index: int) -> tuple[bytes, bytes]:
@@ -204,7 +204,9 @@ class TraceFile:
             )
         if rest[:1] != b"]":
             raise TraceFormatError(
-                self.path, f"found {rest[:20]!r} after the event", event_index=index,
+                self.path,
+                f"found {rest[:20]!r} after the event",
+                event_index=index,
                 expected="',' or ']'",
             )
         return head, rest
@@ -223,7 +225,9 @@ class TraceFile:
             except orjson.JSONDecodeError as exc:
                 raise TraceFormatError(self.path, f"invalid JSON after traceEvents: {exc}") from None
         elif rest != b"}":
-            problem = "file ends before the closing '}' (truncated?)" if not rest else f"unexpected {rest[:20]!r}"
+            problem = (
+                "file ends before the closing '}' (truncated?)" if not rest else f"unexpected {rest[:20]!r}"
+            )
             raise TraceFormatError(self.path, problem + " after traceEvents")
 
 
@@ -282,7 +286,9 @@ def split_events(path: Path, chunk: Chunk) -> Iterator[tuple[int, dict[str, Any]
             return
         if text[pos] != ",":
             raise TraceFormatError(
-                path, f"found {text[pos:pos + 20]!r} after the event", event_index=index - 1,
+                path,
+                f"found {text[pos : pos + 20]!r} after the event",
+                event_index=index - 1,
                 expected="','",
             )
         pos += 1

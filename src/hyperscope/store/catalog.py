@@ -179,7 +179,8 @@ class Catalog:
         status: JobStatus | None = None,
         since_ns: int | None = None,
     ) -> list[Job]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[str | int] = []
         if search:
             where.append("name LIKE ? ESCAPE '\\'")
             escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -190,7 +191,11 @@ class Catalog:
         if since_ns is not None:
             where.append("created_ns >= ?")
             params.append(since_ns)
-        sql = _JOB_SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_ns DESC, id DESC"
+        sql = (
+            _JOB_SELECT
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY created_ns DESC, id DESC"
+        )
         return [self._with_profiles(_job(r)) for r in self._db.execute(sql, params).fetchall()]
 
     def remove(self, job: str) -> Job:

@@ -144,9 +144,7 @@ class Importer:
         world = info.get("world_size")
         devices = header.get("deviceProperties")
         rest = {
-            k: v
-            for k, v in header.items()
-            if k not in ("deviceProperties", "distributedInfo", "traceEvents")
+            k: v for k, v in header.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")
         }
         return RankMeta(
             rank=rank,

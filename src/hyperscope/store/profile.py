@@ -6,6 +6,7 @@ sees half a profile and an interrupted write leaves nothing a reader would pick 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -143,10 +144,9 @@ def _fsync(path: Path) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
+    # Some filesystems refuse fsync on directories; the rename is atomic all the same.
+    with contextlib.suppress(OSError):
         _fsync(path)
-    except OSError:  # some filesystems refuse fsync on directories; the rename is still atomic
-        pass
 
 
 @dataclass(frozen=True, slots=True)

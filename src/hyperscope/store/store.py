@@ -67,7 +67,9 @@ class Store:
             raise UsageError("the job name is empty")
         files = trace_files([Path(p) for p in paths])
         if rank is not None and len(files) != 1:
-            raise UsageError("--rank applies to a single file; several files take their ranks from the traces")
+            raise UsageError(
+                "--rank applies to a single file; several files take their ranks from the traces"
+            )
         source_bytes = sum(f.stat().st_size for f in files)
         created = now_ns()
         try:
@@ -153,3 +155,19 @@ class Store:
         for ref in removed.profiles:
             shutil.rmtree(profile_dir(self.home, ref.id), ignore_errors=True)
         return removed
+
+    # -- export ---------------------------------------------------------------------------------
+
+    def export_chrome(
+        self,
+        job: str,
+        out: Path | str,
+        *,
+        rank: int | None = None,
+        profile_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Path]:
+        """Write the job's profile as Chrome-trace JSON, one file per rank."""
+        from hyperscope.store.chrome import export_chrome
+
+        return export_chrome(self.profile(job, profile_id), Path(out), rank=rank, progress=progress)

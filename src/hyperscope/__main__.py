@@ -1,0 +1,3 @@
+from hyperscope.cli.main import main
+
+main()

@@ -1,0 +1,348 @@
+"""The ``hyperscope`` command: parse, call the library, print. No logic of its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from hyperscope import __version__
+from hyperscope.errors import HyperscopeError, UsageError
+from hyperscope.store.catalog import Job, JobStatus
+from hyperscope.store.store import Store
+from hyperscope.store.summary import Summary, summarize
+
+app = typer.Typer(
+    name="hyperscope",
+    help=(
+        "Profile training on your own GPU machines and explore the results.\n\n"
+        "Profiles live in a store directory (--home, else $HYPERSCOPE_HOME, else ~/.hyperscope): "
+        "a jobs catalog plus compact Parquet files per profile.\n\n"
+        "Start with `hyperscope demo`, or import traces that torch.profiler wrote:\n\n"
+        "  hyperscope import ./traces/ --job resnet-run-3\n\n"
+        "  hyperscope jobs --search resnet\n\n"
+        "  hyperscope export resnet-run-3 --chrome resnet.json.gz"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+HomeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--home",
+        help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.",
+        show_default=False,
+    ),
+]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _store(home: Path | None) -> Iterator[Store]:
+    try:
+        with Store(home) as store:
+            yield store
+    except HyperscopeError as exc:
+        _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
+
+
+@contextmanager
+def _byte_progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr, shown only on a terminal and for work that takes a while."""
+    show = err.is_terminal and total > 32 << 20
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not show,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"hyperscope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    pass
+
+
+@app.command("import")
+def import_(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Trace files (.json, .json.gz) written by torch.profiler/Kineto, or directories of "
+            "them. Several files of one distributed run become one profile, one rank per file.",
+            show_default=False,
+        ),
+    ],
+    job: Annotated[str, typer.Option("--job", "-j", help="Job name; created if new.")],
+    rank: Annotated[
+        int | None,
+        typer.Option(
+            help="Rank of a single file whose trace and file name do not say (default 0).",
+            show_default=False,
+        ),
+    ] = None,
+    home: HomeOption = None,
+) -> None:
+    """Import Kineto / Chrome-trace JSON into the store as one profile of JOB.
+
+    The rank of each file comes from its distributedInfo, else from its name (rank3, worker3),
+    else from --rank. Nothing is stored unless every file imports: a bad file stops the import
+    with the file, the event index and the field at fault.
+    """
+    with _store(home) as store:
+        try:
+            total = sum(p.stat().st_size for p in _expand(paths))
+        except OSError:
+            total = 0
+        with _byte_progress(total, f"importing {job}") as advance:
+            try:
+                report = store.import_traces(paths, job, rank=rank, progress=advance)
+            except HyperscopeError as exc:
+                _fail(f"{exc}\nnothing was imported", 2 if isinstance(exc, UsageError) else 1)
+        out.print(
+            f"imported {len(report.files)} file(s), {report.profile.events:,} events, "
+            f"{len(report.ranks)} rank(s) into job [bold]{report.job.name}[/] "
+            f"(profile {report.profile.id}): {_mb(report.source_bytes)} → {_mb(report.profile.bytes)} "
+            "on disk; 0 events skipped"
+        )
+        _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for p in paths:
+        files.extend(sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p])
+    return files
+
+
+@app.command("jobs")
+def jobs(
+    search: Annotated[str | None, typer.Option(help="Only jobs whose name contains TEXT.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(help="Only jobs in this status: InProgress, Completed, Failed, Stopped, Stopping."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only jobs created on or after DATE (2026-11-30 or 2026-11-30T14:00, UTC)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+    home: HomeOption = None,
+) -> None:
+    """List jobs, newest first."""
+    with _store(home) as store:
+        try:
+            status_value = JobStatus.parse(status) if status else None
+            since_ns = _parse_date(since) if since else None
+        except HyperscopeError as exc:
+            _fail(str(exc), 2)
+        found = store.jobs(search=search, status=status_value, since_ns=since_ns)
+    if as_json:
+        out.print_json(json.dumps([_job_json(j) for j in found]))
+        return
+    if not found:
+        out.print("no jobs match" if (search or status or since) else "no jobs yet: try `hyperscope demo`")
+        return
+    table = Table("id", "name", "created (UTC)", "status", "nodes", "ranks", "profiles", "events")
+    for j in found:
+        table.add_row(
+            str(j.id),
+            j.name,
+            _when(j.created_ns),
+            j.status.value,
+            ", ".join(j.nodes) or "-",
+            str(j.ranks),
+            str(len(j.profiles)),
+            f"{sum(p.events for p in j.profiles):,}",
+        )
+    out.print(table)
+
+
+@app.command("show")
+def show(
+    job: Annotated[str, typer.Argument(help="Job name or id.")],
+    home: HomeOption = None,
+) -> None:
+    """Summarize a job's newest profile: ranks, event kinds, top kernels."""
+    with _store(home) as store:
+        try:
+            profile = store.profile(job)
+        except HyperscopeError as exc:
+            _fail(str(exc))
+        _print_summary(summarize(profile))
+
+
+@app.command("export")
+def export(
+    job: Annotated[str, typer.Argument(help="Job name or id.")],
+    chrome: Annotated[
+        Path,
+        typer.Option(
+            help="Output NAME.json or NAME.json.gz (several ranks: NAME.rankN.json[.gz] each), "
+            "loadable by Perfetto, chrome://tracing and HTA.",
+        ),
+    ],
+    rank: Annotated[int | None, typer.Option(help="Export only this rank.", show_default=False)] = None,
+    home: HomeOption = None,
+) -> None:
+    """Export a job's profile to Chrome-trace JSON, so other tools can open it."""
+    with _store(home) as store:
+        try:
+            written = store.export_chrome(job, chrome, rank=rank)
+        except HyperscopeError as exc:
+            _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
+    for path in written:
+        out.print(f"wrote {path} ({_mb(path.stat().st_size)})")
+
+
+@app.command("rm")
+def rm(
+    job: Annotated[str, typer.Argument(help="Job name or id.")],
+    home: HomeOption = None,
+) -> None:
+    """Delete a job and its profiles from the store."""
+    with _store(home) as store:
+        try:
+            removed = store.remove(job)
+        except HyperscopeError as exc:
+            _fail(str(exc))
+    out.print(f"removed job {removed.name} and {len(removed.profiles)} profile(s)")
+
+
+@app.command("demo")
+def demo(
+    ranks: Annotated[int, typer.Option(min=1, max=64, help="Ranks of the sample run.")] = 4,
+    steps: Annotated[int, typer.Option(min=1, max=1000, help="Training steps per rank.")] = 6,
+    job: Annotated[str, typer.Option(help="Job name for the sample.")] = "demo",
+    home: HomeOption = None,
+) -> None:
+    """Generate a sample multi-rank Kineto trace, import it and print its summary."""
+    from hyperscope.store.synth import SynthSpec, write_job
+
+    with _store(home) as store, tempfile.TemporaryDirectory(prefix="hyperscope-demo-") as tmp:
+        paths = write_job(Path(tmp), SynthSpec(ranks=ranks, steps=steps))
+        out.print(f"generated a sample {ranks}-rank trace of {steps} steps in {tmp}")
+        name = job
+        existing = {j.name for j in store.jobs()}
+        n = 1
+        while name in existing:
+            n += 1
+            name = f"{job}-{n}"
+        try:
+            report = store.import_traces(paths, name)
+        except HyperscopeError as exc:
+            _fail(str(exc))
+        out.print(
+            f"imported as job [bold]{report.job.name}[/]: {report.profile.events:,} events, "
+            f"{_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} in {store.home}"
+        )
+        _print_summary(summarize(store.profile(report.job.name)))
+        out.print(
+            f"\nnext: `hyperscope jobs`, `hyperscope show {report.job.name}`, "
+            f"`hyperscope export {report.job.name} --chrome {report.job.name}.json.gz`"
+        )
+
+
+def _print_summary(summary: Summary) -> None:
+    table = Table("rank", "node", "events", "span (ms)", "kernels", "kernel time (ms)", "steps")
+    for r in summary.ranks:
+        table.add_row(
+            str(r.rank),
+            r.node or "-",
+            f"{r.events:,}",
+            f"{r.span_ns / 1e6:,.3f}",
+            f"{r.kernels:,}",
+            f"{r.kernel_ns / 1e6:,.3f}",
+            str(r.steps),
+        )
+    out.print(table)
+    out.print("events by kind: " + ", ".join(f"{k} {v:,}" for k, v in summary.kinds.items()))
+    if summary.top_kernels:
+        kt = Table("top kernels by time", "launches", "total (ms)")
+        for name, count, dur in summary.top_kernels:
+            kt.add_row(name if len(name) < 90 else name[:87] + "...", f"{count:,}", f"{dur / 1e6:,.3f}")
+        out.print(kt)
+
+
+def _job_json(job: Job) -> dict[str, object]:
+    return {
+        "id": job.id,
+        "name": job.name,
+        "created": _when(job.created_ns),
+        "created_ns": job.created_ns,
+        "status": job.status.value,
+        "nodes": job.nodes,
+        "ranks": job.ranks,
+        "profiles": [
+            {"id": p.id, "events": p.events, "ranks": p.ranks, "bytes": p.bytes, "source": p.source}
+            for p in job.profiles
+        ],
+    }
+
+
+def _when(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _parse_date(text: str) -> int:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--since {text!r}: expected a date like 2026-11-30 or 2026-11-30T14:00") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1e9)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.2f} MB" if n >= 100_000 else f"{n / 1e3:,.1f} KB"
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted; nothing half-written was kept")
+        sys.exit(130)
