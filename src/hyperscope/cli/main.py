@@ -333,7 +333,7 @@ def _parse_date(text: str) -> int:
         raise UsageError(f"--since {text!r}: expected a date like 2026-11-30 or 2026-11-30T14:00") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1e9)
+    return min(int(moment.timestamp() * 1e9), 2**63 - 1)  # nanoseconds past 2262 do not fit
 
 
 def _mb(n: int) -> str:

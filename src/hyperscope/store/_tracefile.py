@@ -112,7 +112,7 @@ class TraceFile:
             index += count
         # The last event is followed by "]" and the trailer, so it is delimited by parsing it. The
         # trailer may hold the separator too: step back over it (a few times at most).
-        cut = pending.rfind(sep)
+        cut = self._cut(pending, sep)
         first_error: TraceFormatError | None = None
         for _ in range(4):
             head, tail = (pending[: cut + 1], pending[cut + len(sep) - 1 :]) if cut > 0 else (b"", pending)
@@ -146,7 +146,7 @@ class TraceFile:
                 cut = pending.rfind(sep, 0, cut)
                 if cut <= 0:
                     return cut
-        return -1
+        return _exact_cut(pending, sep)
 
     def _read_header(self, blocks: _Blocks, buf: bytes) -> bytes:
         key = b'"traceEvents"'
@@ -292,3 +292,26 @@ def split_events(path: Path, chunk: Chunk) -> Iterator[tuple[int, dict[str, Any]
                 expected="','",
             )
         pos += 1
+
+
+def _exact_cut(pending: bytes, sep: bytes) -> int:
+    """Position of the separator after the last complete event, found by parsing event by event."""
+    text = pending.decode("utf-8", errors="replace")
+    pos, last = 0, -1
+    while True:
+        try:
+            _, end = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return last
+        rest = text[end:]
+        stripped = rest.lstrip(" \t\r\n")
+        if not stripped.startswith(","):
+            return last
+        after = stripped[1:].lstrip(" \t\r\n")
+        if not after.startswith("{"):
+            return last
+        candidate = len(text[: end - 1].encode())  # byte offset of the event's closing brace
+        if pending[candidate : candidate + len(sep)] != sep:
+            return last  # the writer did not use one separator throughout
+        last = candidate
+        pos = len(text) - len(after)

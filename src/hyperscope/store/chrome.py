@@ -98,7 +98,7 @@ def _write_rank(fh: IO[bytes], con: Any, meta: RankMeta, progress: Callable[[int
     if meta.node and "host_name" not in header:
         header["host_name"] = meta.node
     head = orjson.dumps(header, option=orjson.OPT_INDENT_2)
-    fh.write(head[:-2].rstrip() + (b",\n" if header else b"") + b'  "traceEvents": [\n')
+    fh.write(b"{\n" + (head[2:-2] + b",\n" if header else b"") + b'  "traceEvents": [\n')
     offset = meta.clock_offset_ns if meta.clock == "base_time_ns" else 0
     first = True
     for event in _events(con, meta.rank, offset):

@@ -1,0 +1,79 @@
+"""The real `hyperscope` command, end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tracejson import load, normalized_events
+
+
+def run(home: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HYPERSCOPE_HOME": str(home), "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "hyperscope", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_demo_imports_a_sample_and_prints_its_summary(tmp_path: Path) -> None:
+    proc = run(tmp_path, "demo", "--ranks", "2", "--steps", "3")
+    assert "imported as job demo" in proc.stdout
+    assert "ncclKernel_AllReduce" in proc.stdout  # the top-kernels table
+    again = run(tmp_path, "demo", "--ranks", "2", "--steps", "3")
+    assert "imported as job demo-2" in again.stdout  # never overwrites an earlier job
+    listed = json.loads(run(tmp_path, "jobs", "--json").stdout)
+    assert [j["name"] for j in listed] == ["demo-2", "demo"]
+    assert listed[0]["ranks"] == 2 and listed[0]["status"] == "Completed"
+
+
+def test_import_jobs_export_rm(tmp_path: Path, synth_job: list[Path]) -> None:
+    home = tmp_path / "home"
+    proc = run(home, "import", str(synth_job[0].parent), "--job", "resnet-a")
+    assert "4 rank(s)" in proc.stdout and "0 events skipped" in proc.stdout
+    run(home, "import", str(synth_job[1]), "--job", "llama", "--rank", "5")
+
+    assert "resnet-a" in run(home, "jobs", "--search", "resnet").stdout
+    assert "llama" not in run(home, "jobs", "--search", "resnet").stdout
+    assert "no jobs match" in run(home, "jobs", "--status", "Failed").stdout
+    assert "llama" in run(home, "jobs", "--since", "2000-01-01").stdout
+    assert "no jobs match" in run(home, "jobs", "--since", "2999-01-01").stdout
+    bad = run(home, "jobs", "--since", "yesterday", ok=False)
+    assert bad.returncode == 2 and "2026-11-30" in bad.stderr
+
+    out = tmp_path / "llama.json.gz"
+    assert "wrote" in run(home, "export", "llama", "--chrome", str(out)).stdout
+    assert load(out)["distributedInfo"]["rank"] == 1  # the file's own distributedInfo is kept
+    assert normalized_events(load(out)) == normalized_events(load(synth_job[1]))
+    run(home, "export", "resnet-a", "--chrome", str(tmp_path / "r.json"))
+    assert sorted(p.name for p in tmp_path.glob("r.rank*.json")) == [f"r.rank{i}.json" for i in range(4)]
+
+    assert "removed job llama" in run(home, "rm", "llama").stdout
+    missing = run(home, "export", "llama", "--chrome", str(out), ok=False)
+    assert missing.returncode != 0 and "no job named" in missing.stderr
+
+
+def test_show_summarizes_steps_and_kernels(tmp_path: Path, synth_job: list[Path]) -> None:
+    run(tmp_path, "import", *map(str, synth_job), "--job", "s")
+    shown = run(tmp_path, "show", "s").stdout
+    assert "top kernels by time" in shown and "step 12" in shown.replace(",", "")
+
+
+@pytest.mark.parametrize("command", ["import", "jobs", "export", "rm", "show", "demo"])
+def test_help_teaches(tmp_path: Path, command: str) -> None:
+    text = run(tmp_path, command, "--help").stdout
+    assert "Usage: " in text and "--home" in text
+    assert len(text.splitlines()) > 6
+
+
+def test_top_level_help_shows_the_workflow(tmp_path: Path) -> None:
+    text = run(tmp_path, "--help").stdout
+    for word in ("demo", "import", "jobs", "export", "HYPERSCOPE_HOME"):
+        assert word in text
