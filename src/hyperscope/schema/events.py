@@ -172,11 +172,28 @@ SAMPLE_SCHEMA: Final = pa.schema(
     ]
 )
 
-#: Columns written with delta encoding (monotone within a track once sorted).
-DELTA_COLUMNS: Final = ("ts_ns", "ev_idx", "correlation", "external_id", "flow_id")
+#: Columns written with delta encoding (monotone, or nearly, within a track once sorted).
+DELTA_COLUMNS: Final = (
+    "ts_ns",
+    "ev_idx",
+    "correlation",
+    "external_id",
+    "flow_id",
+    "sequence_number",
+    "record_function_id",
+    "python_id",
+    "python_parent_id",
+    "total_allocated",
+    "total_reserved",
+)
 
-#: Sort order of the events table: time-sorted within a track, tracks grouped by rank.
-SORT_KEY: Final = ("rank", "pid", "tid", "ts_ns")
+#: Sort order of the events table. A track is one kind of event on one thread or stream (as the
+#: rows of a timeline: CUDA API calls, CPU ops, kernels, ...), time-sorted within it. Grouping by
+#: kind makes consecutive rows alike, which is most of what makes the store small.
+SORT_KEY: Final = ("rank", "pid", "tid", "kind", "ts_ns")
+
+#: Columns whose row-group statistics are worth their footer bytes (pruning by rank, time, track).
+STATS_COLUMNS: Final = ("rank", "pid", "tid", "kind", "ts_ns", "device", "stream", "correlation")
 
 
 def memcpy_kind(name: str) -> str | None:

@@ -63,12 +63,24 @@ class ProfileMeta:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        """Compact JSON; ranks of one host list the same devices, so each list is stored once."""
+        raw = asdict(self)
+        shared: list[list[dict[str, Any]]] = []
+        for rank in raw["ranks"]:
+            devices = rank.pop("device_properties")
+            if devices not in shared:
+                shared.append(devices)
+            rank["device_set"] = shared.index(devices)
+        raw["device_sets"] = shared
+        return json.dumps(raw, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, path: Path) -> ProfileMeta:
         try:
             raw = json.loads(text)
+            shared = raw.pop("device_sets", [])
+            for rank in raw.get("ranks", []):
+                rank["device_properties"] = shared[rank.pop("device_set")] if shared else []
             version = raw.get("schema_version")
             if not isinstance(version, int) or version > SCHEMA_VERSION:
                 raise StoreError(
