@@ -53,3 +53,32 @@ def normalized_events(trace: dict[str, Any]) -> Counter[Frozen]:
 
 def counts_by_kind(trace: dict[str, Any]) -> Counter[tuple[str, str | None]]:
     return Counter((e["ph"], e.get("cat")) for e in trace["traceEvents"])
+
+
+def linked_in_source(files: list[Path]) -> int:
+    """Device ops whose correlation matches a runtime or driver call of the same file."""
+    linked = 0
+    for f in files:
+        events = load(f)["traceEvents"]
+        launches = {
+            e["args"]["correlation"]
+            for e in events
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+        }
+        linked += sum(
+            1
+            for e in events
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+            and e.get("args", {}).get("correlation") in launches
+        )
+    return linked
+
+
+def linked_in_store(con: Any) -> int:
+    """The same count, from a stored profile's events."""
+    row = con.sql(
+        """SELECT count(*) FROM events k WHERE k.kind IN ('kernel', 'memcpy', 'memset') AND EXISTS (
+               SELECT 1 FROM events r WHERE r.rank = k.rank AND r.correlation = k.correlation
+               AND r.kind IN ('runtime', 'driver'))"""
+    ).fetchall()[0]
+    return int(row[0])

@@ -10,7 +10,7 @@ import pytest
 from hyperscope import Store
 from hyperscope.schema.events import EventKind
 from tests.conftest import TRACE_SETS, shared_trace_set
-from tests.tracejson import counts_by_kind, load, normalized_events
+from tests.tracejson import counts_by_kind, linked_in_source, linked_in_store, load, normalized_events
 
 
 def _stored_counts(store: Store, job: str) -> Counter[tuple[str, str | None]]:
@@ -74,32 +74,11 @@ def test_dlrm_set_is_one_profile_of_eight_ranks_on_one_clock(store: Store) -> No
     assert sorted(m.rank for m in report.ranks) == list(range(8))
     assert {m.world_size for m in report.ranks} == {8}
     con = store.profile("dlrm").connect()
-    starts = dict(
-        con.sql("SELECT rank, min(ts_ns) FROM events WHERE kind = 'step' GROUP BY rank").fetchall()
-    )
+    starts = dict(con.sql("SELECT rank, min(ts_ns) FROM events WHERE kind = 'step' GROUP BY rank").fetchall())
     assert len(starts) == 8
     # one 8-GPU host: the ranks start their profiled step within milliseconds of each other
     assert max(starts.values()) - min(starts.values()) < 50_000_000
     assert min(starts.values()) > 1_600_000_000 * 10**9  # epoch nanoseconds, not relative time
-
-
-def _linked_in_source(files: list[Path]) -> int:
-    """Device ops whose correlation matches a runtime/driver call of the same file."""
-    linked = 0
-    for f in files:
-        events = load(f)["traceEvents"]
-        launches = {
-            e["args"]["correlation"]
-            for e in events
-            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
-        }
-        linked += sum(
-            1
-            for e in events
-            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-            and e.get("args", {}).get("correlation") in launches
-        )
-    return linked
 
 
 @pytest.mark.shared
@@ -107,14 +86,9 @@ def _linked_in_source(files: list[Path]) -> int:
 def test_launches_and_device_ops_stay_linked(store: Store, name: str) -> None:
     files = shared_trace_set(name)
     store.import_traces(files, name)
-    con = store.profile(name).connect()
-    linked = con.sql(
-        """SELECT count(*) FROM events k WHERE k.kind IN ('kernel', 'memcpy', 'memset') AND EXISTS (
-               SELECT 1 FROM events r WHERE r.rank = k.rank AND r.correlation = k.correlation
-               AND r.kind IN ('runtime', 'driver'))"""
-    ).fetchall()[0][0]
+    linked = linked_in_store(store.profile(name).connect())
     assert linked > 0
-    assert linked == _linked_in_source(files)
+    assert linked == linked_in_source(files)
 
 
 @pytest.mark.shared
@@ -130,9 +104,7 @@ def test_kinds_and_typed_columns_of_a_real_trace(store: Store) -> None:
         "WHERE kind = 'kernel' AND name LIKE 'ncclKernel_AllReduce%'"
     ).fetchall()[0]
     assert nccl == (2020, 14, 14)
-    memcpy = con.sql(
-        "SELECT DISTINCT memcpy_kind FROM events WHERE kind = 'memcpy'"
-    ).fetchall()
+    memcpy = con.sql("SELECT DISTINCT memcpy_kind FROM events WHERE kind = 'memcpy'").fetchall()
     assert memcpy == [("DtoD",)]
     # typed columns took the values out of args: nothing is stored twice
     dup = con.sql("SELECT count(*) FROM events WHERE args LIKE '%\"correlation\"%'").fetchall()[0][0]
@@ -150,3 +122,23 @@ def test_ns_precision_timestamps_keep_every_digit(store: Store) -> None:
         "SELECT ts_ns, dur_ns FROM events WHERE name = 'DivBackward1' AND ph = 'X' ORDER BY ts_ns LIMIT 1"
     ).fetchall()[0]
     assert row == (1712195495519695812, 53090)
+
+
+H200_TRACE = Path(__file__).parents[1] / "data" / "h200_torch211" / "h200_transformer_bf16.pt.trace.json.gz"
+
+
+def test_fresh_h200_trace_from_torch_2_11(store: Store, tmp_path: Path) -> None:
+    """A trace this project recorded on an H200 (tests/data): runs everywhere, unlike ../shared."""
+    report = store.import_traces([H200_TRACE], "h200")
+    source = load(H200_TRACE)
+    assert _stored_counts(store, "h200") == counts_by_kind(source)
+    assert report.ranks[0].clock == "base_time_ns"
+    con = store.profile("h200").connect()
+    assert linked_in_store(con) == linked_in_source([H200_TRACE]) == 603 + 27 + 39
+    driver_launched = con.sql(
+        """SELECT count(*) FROM events k JOIN events d USING (rank, correlation)
+           WHERE k.kind = 'kernel' AND d.kind = 'driver' AND d.name = 'cuLaunchKernelEx'"""
+    ).fetchall()[0][0]
+    assert driver_launched == 93
+    out = store.export_chrome("h200", tmp_path / "h200.json")
+    assert normalized_events(load(out[0])) == normalized_events(source)
