@@ -13,6 +13,7 @@ import pyarrow as pa
 from hyperscope.schema.events import (
     ARG_COLUMNS,
     CATEGORY_KINDS,
+    EVENT_SCHEMA,
     PHASES,
     PHASES_WITHOUT_TS,
     EventKind,
@@ -51,7 +52,7 @@ def _sql_type(t: pa.DataType) -> str:
 def read_raw(path: str) -> str:
     return (
         f"CREATE OR REPLACE TEMP TABLE raw AS SELECT * FROM read_json({quote(path)}, "
-        f"format='newline_delimited', columns={RAW_COLUMNS}, maximum_object_size=67108864)"
+        f"format='newline_delimited', columns={RAW_COLUMNS}, maximum_object_size=16777216)"
     )
 
 
@@ -59,7 +60,7 @@ def unknown_keys(path: str) -> str:
     known = ", ".join(quote(k) for k in KNOWN_KEYS)
     return (
         f"SELECT count(*) FROM read_json({quote(path)}, format='newline_delimited', records=false, "
-        f"columns={{'json': 'JSON'}}, maximum_object_size=67108864) "
+        f"columns={{'json': 'JSON'}}, maximum_object_size=16777216) "
         f"WHERE len(list_filter(json_keys(json), lambda k: k NOT IN ({known}))) > 0"
     )
 
@@ -87,53 +88,28 @@ def _int_or_null(col: str) -> str:
     return f"CASE WHEN json_type({col}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({col} AS BIGINT) END"
 
 
-def stage() -> str:
-    """Typed values and, per typed arg column, whether the value survives a round trip."""
-    paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
-    parts = [
-        "ph->>'$' AS ph_s",
-        "cat->>'$' AS cat_s",
-        "name->>'$' AS name_s",
-        f"{_int_or_null('pid')} AS pid_i",
-        f"{_int_or_null('tid')} AS tid_i",
-        f"{_int_or_null('id')} AS id_i",
-        "ts",
-        "dur",
-        "pid",
-        "tid",
-        "id",
-        "bp",
-        "s",
-        "args",
-        "__extra",
-    ]
+def _typed_args() -> list[str]:
+    """One expression per typed arg column: the value when it round-trips exactly, else NULL.
+
+    A value that would not come back identical (an integer in a float column, a string where a
+    number belongs) stays in ``args`` instead, for that event alone.
+    """
+    exprs = []
     for i, c in enumerate(ARG_COLUMNS, start=1):
         h = f"hot[{i}]"
         t = _sql_type(c.type)
         if t == "VARCHAR":
-            parts.append(f"CASE WHEN json_type({h}) = 'VARCHAR' THEN {h}->>'$' END AS v{i}")
-            parts.append(f"({h} IS NULL OR json_type({h}) = 'VARCHAR') AS ok{i}")
+            exprs.append(f"CASE WHEN json_type({h}) = 'VARCHAR' THEN {h}->>'$' END")
         elif t == "BIGINT":
-            parts.append(
-                f"CASE WHEN json_type({h}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({h} AS BIGINT) END AS v{i}"
+            exprs.append(
+                f"CASE WHEN json_type({h}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({h} AS BIGINT) END"
             )
-            parts.append(f"({h} IS NULL OR v{i} IS NOT NULL) AS ok{i}")
         elif t == "DOUBLE":
             # A JSON number with a fraction or exponent parses to the double that export prints back.
-            parts.append(f"CASE WHEN json_type({h}) = 'DOUBLE' THEN TRY_CAST({h} AS DOUBLE) END AS v{i}")
-            parts.append(f"({h} IS NULL OR v{i} IS NOT NULL) AS ok{i}")
+            exprs.append(f"CASE WHEN json_type({h}) = 'DOUBLE' THEN TRY_CAST({h} AS DOUBLE) END")
         else:
-            parts.append(f"TRY_CAST({h} AS {t}) AS v{i}")
-            parts.append(f"({h} IS NULL OR to_json(v{i}) = {h}) AS ok{i}")
-    return (
-        "CREATE OR REPLACE TEMP TABLE staged AS SELECT "
-        + ", ".join(parts)
-        + f" FROM (SELECT *, json_extract(args, [{paths}]) AS hot FROM raw)"
-    )
-
-
-def clean_columns() -> str:
-    return "SELECT " + ", ".join(f"bool_and(ok{i})" for i in range(1, len(ARG_COLUMNS) + 1)) + " FROM staged"
+            exprs.append(f"CASE WHEN to_json(TRY_CAST({h} AS {t})) = {h} THEN TRY_CAST({h} AS {t}) END")
+    return exprs
 
 
 def kind_case() -> str:
@@ -152,9 +128,11 @@ def kind_case() -> str:
         ELSE {quote(EventKind.OTHER)} END"""
 
 
-def rows(rank: int, node: str, clean: list[bool]) -> str:
-    """Final rows of one chunk; ``clean[i]`` says whether ARG_COLUMNS[i] moves out of ``args``."""
+def rows(rank: int, node: str) -> str:
+    """Final rows of one chunk of ``raw``, in the column order of the event schema."""
     memcpy = "|".join(MEMCPY_KINDS)
+    paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
+    typed = _typed_args()
     cols = [
         f"{rank}::INTEGER AS rank",
         f"{quote(node)} AS node",
@@ -170,20 +148,42 @@ def rows(rank: int, node: str, clean: list[bool]) -> str:
         f"CASE WHEN cat_s = 'gpu_memcpy' THEN nullif(regexp_extract(name_s, '({memcpy})', 1), '') END"
         " AS memcpy_kind",
     ]
-    removed = []
-    for i, (c, ok) in enumerate(zip(ARG_COLUMNS, clean, strict=True), start=1):
-        t = _sql_type(c.type)
-        cols.append(f"v{i} AS {c.name}" if ok else f"NULL::{t} AS {c.name}")
-        if ok:
-            removed.append(f'"{c.key}":null')
-    patch = quote("{" + ",".join(removed) + "}")
-    cols.append(f"CASE WHEN args IS NOT NULL THEN json_merge_patch(args, {patch})::VARCHAR END AS args")
+    cols += [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]
+    moved = ", ".join(
+        f"CASE WHEN v{i} IS NOT NULL THEN {quote(chr(34) + c.key + chr(34) + ':null')} END"
+        for i, c in enumerate(ARG_COLUMNS, start=1)
+    )
+    cols.append(
+        "CASE WHEN args IS NOT NULL THEN json_merge_patch(args, "
+        f"('{{' || concat_ws(',', {moved}) || '}}')::JSON)::VARCHAR END AS args"
+    )
     leftovers = (
         "json_object('pid', CASE WHEN pid_i IS NULL THEN pid END, "
         "'tid', CASE WHEN tid_i IS NULL THEN tid END, "
         "'id', CASE WHEN id_i IS NULL THEN id END, 'bp', bp, 's', s)"
     )
-    cols.append(
-        f"nullif(json_merge_patch(coalesce(__extra, '{{}}'::JSON), {leftovers})::VARCHAR, '{{}}') AS extra"
+    plain = (
+        "bp IS NULL AND s IS NULL AND __extra IS NULL AND (pid IS NULL OR pid_i IS NOT NULL)"
+        " AND (tid IS NULL OR tid_i IS NOT NULL) AND (id IS NULL OR id_i IS NOT NULL)"
     )
-    return "SELECT " + ",\n  ".join(cols) + " FROM staged"
+    cols.append(
+        f"CASE WHEN {plain} THEN NULL ELSE "
+        f"nullif(json_merge_patch(coalesce(__extra, '{{}}'::JSON), {leftovers})::VARCHAR, '{{}}') END"
+        " AS extra"
+    )
+    inner = (
+        "SELECT *, ph->>'$' AS ph_s, cat->>'$' AS cat_s, name->>'$' AS name_s, "
+        f"{_int_or_null('pid')} AS pid_i, {_int_or_null('tid')} AS tid_i, {_int_or_null('id')} AS id_i, "
+        f"json_extract(args, [{paths}]) AS hot FROM raw"
+    )
+    values = ", ".join(f"{expr} AS v{i}" for i, expr in enumerate(typed, start=1))
+    return "SELECT " + ",\n  ".join(cols) + f" FROM (SELECT *, {values} FROM ({inner}))"
+
+
+def empty_events() -> str:
+    """An empty relation with the columns and types of the event schema."""
+    cols = []
+    for f in EVENT_SCHEMA:
+        t = "INTEGER" if f.type == pa.int32() else _sql_type(f.type)
+        cols.append(f"NULL::{t} AS {f.name}")
+    return "SELECT " + ", ".join(cols) + " WHERE false"

@@ -28,7 +28,7 @@ import orjson
 from hyperscope.errors import TraceFormatError
 
 READ_BYTES: Final = 4 << 20
-CHUNK_BYTES: Final = 32 << 20
+CHUNK_BYTES: Final = 16 << 20
 _HEADER_LIMIT: Final = 512 << 20
 _WS: Final = b" \t\r\n"
 _FIRST_SEP = re.compile(rb"\}(\s*,\s*)\{")

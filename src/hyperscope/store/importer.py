@@ -11,11 +11,13 @@ Any error leaves nothing behind: the staging directory is removed and the catalo
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from queue import Full, Queue
 from typing import Any, Final
 
 import duckdb
@@ -32,6 +34,7 @@ _BOOL_TIME: Final = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false)')
 _KNOWN: Final = frozenset(_sql.KNOWN_KEYS)
 #: Timestamps above this many microseconds are taken as Unix-epoch based (after 2001-09-09).
 _EPOCH_US_MIN: Final = 10**15
+STAGED_TABLE: Final = "staged_rows"
 
 
 @dataclass(slots=True)
@@ -83,7 +86,7 @@ class Importer:
         work_dir: Path,
         *,
         progress: Callable[[int], None] | None = None,
-        memory_limit: str = "512MB",
+        memory_limit: str = "256MB",
     ) -> None:
         self.work_dir = work_dir
         self.progress = progress
@@ -95,23 +98,25 @@ class Importer:
                 "preserve_insertion_order": True,
             }
         )
+        self.con.execute("SET enable_progress_bar = false")  # it writes to stdout otherwise
+        # Rows of every chunk, unsorted; DuckDB spills them to work_dir beyond its memory limit.
+        self.con.execute(f"CREATE TABLE {STAGED_TABLE} AS SELECT * FROM ({_sql.empty_events()})")
         self.result = StagedImport()
-        self._part = 0
 
     def close(self) -> None:
         self.con.close()
 
     def add_file(self, path: Path, rank: int | None, *, default_rank: int | None = None) -> RankMeta:
         trace = TraceFile(path, self.progress)
-        chunks = trace.chunks()
+        chunks = _prefetched(trace.chunks())
         # The header (distributedInfo, host name) is known once the first chunk has been cut.
         first = next(chunks, None)
         meta = self._rank_meta(path, trace.header, rank, default_rank)
         exact = 0
-        for chunk in [first] if first is not None else []:
-            exact += self._add_chunk(path, chunk, meta)
-        for chunk in chunks:
-            exact += self._add_chunk(path, chunk, meta)
+        for item in [first] if first is not None else []:
+            exact += self._add_chunk(path, *item, meta)
+        for item in chunks:
+            exact += self._add_chunk(path, *item, meta)
         meta.header.update({k: v for k, v in trace.trailer.items() if k != "traceEvents"})
         self._set_clock(meta)
         meta.events = trace.events
@@ -162,18 +167,17 @@ class Importer:
             meta.clock, meta.clock_offset_ns = "base_time_ns", base
             return
         row = self.con.execute(
-            "SELECT min(ts_ns) FROM read_parquet(?) WHERE ph <> 'M'",
-            [str(self.work_dir / f"part-r{meta.rank}-*.parquet")],
+            f"SELECT min(ts_ns) FROM {STAGED_TABLE} WHERE rank = ? AND ph <> 'M'", [meta.rank]
         ).fetchall()[0]
         low = row[0] if row else None
         meta.clock = "epoch_us" if low is not None and low >= _EPOCH_US_MIN * 1000 else "relative"
 
-    def _add_chunk(self, path: Path, chunk: Chunk, meta: RankMeta) -> int:
+    def _add_chunk(self, path: Path, chunk: Chunk, lines: bytes | None, meta: RankMeta) -> int:
         """Fast path through DuckDB; falls back to the exact parser, which also names errors."""
         ndjson = self.work_dir / "chunk.ndjson"
-        exact = bool(_BOOL_TIME.search(chunk.text))
-        if not exact:
-            ndjson.write_bytes(_to_ndjson(chunk))
+        exact = lines is None
+        if lines is not None:
+            ndjson.write_bytes(lines)
             try:
                 self.con.execute(_sql.read_raw(str(ndjson)))
                 exact = _count(self.con, _sql.invalid_rows()) > 0 or (
@@ -189,17 +193,50 @@ class Importer:
                 raise TraceFormatError(path, f"cannot be read: {exc}") from None
             if _count(self.con, _sql.invalid_rows()) > 0:
                 raise TraceFormatError(path, "holds events of an unsupported shape")
-        self.con.execute(_sql.stage())
-        flags = self.con.execute(_sql.clean_columns()).fetchall()[0]
-        clean = [bool(f) if f is not None else True for f in (flags or ())]
-        part = self.work_dir / f"part-r{meta.rank}-{self._part:05d}.parquet"
-        self._part += 1
-        self.con.execute(
-            f"COPY ({_sql.rows(meta.rank, meta.node, clean)}) TO {_sql.quote(str(part))} "
-            "(FORMAT parquet, COMPRESSION lz4)"
-        )
+        self.con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows(meta.rank, meta.node)}")
         ndjson.unlink()
         return int(exact)
+
+
+def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bytes | None]]:
+    """Read, decompress and reshape the next chunk on a thread while DuckDB works on this one.
+
+    zlib and DuckDB release the GIL, so the two overlap; at most two chunks are held at once.
+    ``None`` instead of lines marks a chunk for the exact path (booleans where times belong).
+    """
+    done = object()
+    queue: Queue[object] = Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                lines = None if _BOOL_TIME.search(chunk.text) else _to_ndjson(chunk)
+                while not stop.is_set():
+                    try:
+                        queue.put((chunk, lines), timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put(done)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            queue.put(exc)
+
+    thread = threading.Thread(target=produce, name="hyperscope-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _count(con: duckdb.DuckDBPyConnection, query: str) -> int:

@@ -31,8 +31,8 @@ from hyperscope.schema.layout import (
     ProfileMeta,
 )
 
-ROW_GROUP_ROWS: Final = 256 * 1024
-SMALL_PROFILE_ROWS: Final = 1_000_000
+ROW_GROUP_ROWS: Final = 128 * 1024
+SMALL_PROFILE_ROWS: Final = 100_000
 _STRING_COLUMNS: Final = [f.name for f in EVENT_SCHEMA if f.type == pa.string()]
 
 
@@ -74,61 +74,53 @@ def _alive(pid: int) -> bool:
 
 def write_events(
     con: duckdb.DuckDBPyConnection,
-    parts_glob: str,
+    source: str,
     out_dir: Path,
     offsets: dict[int, int],
 ) -> int:
-    """Sort staged parts by track and time, add each rank's clock offset, write one Parquet file.
+    """Sort staged rows by track and time, add each rank's clock offset, write one Parquet file.
 
-    Rows are sorted by rank first, so row-group statistics let a reader of one rank skip the
-    others; small ranks share a row group (one dictionary and one footer entry instead of eight).
+    ``source`` is a table or a ``read_parquet(...)`` over staged parts. Rows are sorted by rank
+    first, so row-group statistics let a reader of one rank skip the others.
+
+    Two writers, each where it is better (measured on the real traces, see bench/): small
+    profiles go through pyarrow with zstd 19, per-column encodings and one shared dictionary,
+    where fixed costs weigh most (DuckDB's file is 1.6x larger on the 8-rank DLRM set); large
+    ones through DuckDB's own writer, which streams the sort within DuckDB's memory limit, runs on
+    every core and gives a smaller file on them (0.52 MB against 0.57 MB on df_index_resolver).
     """
     events_dir = out_dir / EVENTS_DIR
     events_dir.mkdir(parents=True, exist_ok=True)
-    staged_rows = con.sql(
-        f"SELECT count(*) FROM read_parquet('{_sq(parts_glob.format(rank='*'))}')"
-    ).fetchall()[0][0]
+    target = events_dir / "part-00000.parquet"
+    rows = int(con.sql(f"SELECT count(*) FROM {source}").fetchall()[0][0])
+    shift = " ".join(f"WHEN {int(r)} THEN {int(o)}" for r, o in offsets.items())
+    select = (
+        f"SELECT * REPLACE (ts_ns + CASE rank {shift} ELSE 0 END AS ts_ns) FROM {source} "
+        f"ORDER BY {', '.join(SORT_KEY)}"
+    )
+    if rows > SMALL_PROFILE_ROWS:
+        con.execute(
+            f"COPY ({select}) TO '{_sq(str(target))}' (FORMAT parquet, COMPRESSION zstd, "
+            f"COMPRESSION_LEVEL 9, PARQUET_VERSION V2, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
+        )
+        return rows
     writer = pq.ParquetWriter(
-        events_dir / "part-00000.parquet",
+        target,
         EVENT_SCHEMA,
         compression="zstd",
-        # zstd 19 takes ~3 µs an event more than 9 and saves ~10%: worth it on small profiles
-        # (where the fixed costs weigh most), not on imports of gigabytes.
-        compression_level=19 if staged_rows <= SMALL_PROFILE_ROWS else 9,
+        compression_level=19,
         use_dictionary=_STRING_COLUMNS,
         column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS},
         write_statistics=list(STATS_COLUMNS),
-        data_page_size=8 << 20,  # few, large pages: zstd sees more context
         store_schema=False,  # the Parquet schema says it all; the Arrow copy costs ~3 KB a file
     )
-    total = 0
-    order = ", ".join(SORT_KEY)
-    columns = ", ".join(f.name for f in EVENT_SCHEMA)
-    pending: list[pa.RecordBatch] = []
-    rows = 0
     try:
-        for rank in sorted(offsets):
-            reader = con.sql(
-                f"SELECT * REPLACE (ts_ns + {int(offsets[rank])} AS ts_ns) "
-                f"FROM read_parquet('{_sq(parts_glob.format(rank=rank))}') ORDER BY {order}"
-            ).to_arrow_reader(ROW_GROUP_ROWS)
-            for batch in reader:
-                pending.append(batch.select(columns.split(", ")))
-                rows += batch.num_rows
-                if rows >= ROW_GROUP_ROWS:
-                    writer.write_table(_table(pending), row_group_size=ROW_GROUP_ROWS)
-                    total += rows
-                    pending, rows = [], 0
-        if pending:
-            writer.write_table(_table(pending), row_group_size=ROW_GROUP_ROWS)
-            total += rows
+        names = [f.name for f in EVENT_SCHEMA]
+        table = con.sql(select).to_arrow_table().select(names).cast(EVENT_SCHEMA)
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
     finally:
         writer.close()
-    return total
-
-
-def _table(batches: list[pa.RecordBatch]) -> pa.Table:
-    return pa.Table.from_batches(batches).cast(EVENT_SCHEMA)
+    return rows
 
 
 def publish(home: Path, staged: Path, meta: ProfileMeta) -> Path:
@@ -184,6 +176,7 @@ class Profile:
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with views ``events`` and ``samples`` over this profile."""
         con = duckdb.connect()
+        con.execute("SET enable_progress_bar = false")
         con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{_sq(self.events_glob)}')")
         if self.has_samples:
             glob = str(self.path / SAMPLES_DIR / "*.parquet")

@@ -13,7 +13,7 @@ from hyperscope.errors import HyperscopeError, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, RankMeta, profile_dir
 from hyperscope.store import profile as _profile
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
-from hyperscope.store.importer import FileResult, Importer, now_ns, trace_files
+from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, now_ns, trace_files
 
 ENV_HOME = "HYPERSCOPE_HOME"
 
@@ -81,9 +81,7 @@ class Store:
                     staged = importer.result
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
-                    events = _profile.write_events(
-                        importer.con, str(work / "part-r{rank}-*.parquet"), out, offsets
-                    )
+                    events = _profile.write_events(importer.con, STAGED_TABLE, out, offsets)
                     bounds = importer.con.execute(
                         "SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM read_parquet(?) "
                         "WHERE ph <> 'M'",
