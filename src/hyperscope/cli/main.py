@@ -22,6 +22,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from hyperscope import __version__
 from hyperscope.errors import HyperscopeError, UsageError
@@ -46,7 +47,9 @@ app = typer.Typer(
     add_completion=False,
 )
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# Errors are never wrapped (paths stay whole for logs and grep) nor read as markup (a file name may
+# hold '[').
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 HomeOption = Annotated[
     Path | None,
@@ -59,7 +62,7 @@ HomeOption = Annotated[
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(Text("error: ", style="bold red") + Text(message))
     raise typer.Exit(code)
 
 

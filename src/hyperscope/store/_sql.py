@@ -52,14 +52,14 @@ def _sql_type(t: pa.DataType) -> str:
 def read_raw(path: str) -> str:
     return (
         f"CREATE OR REPLACE TEMP TABLE raw AS SELECT * FROM read_json({quote(path)}, "
-        f"format='newline_delimited', columns={RAW_COLUMNS}, maximum_object_size=16777216)"
+        f"format='array', columns={RAW_COLUMNS}, maximum_object_size=16777216)"
     )
 
 
 def unknown_keys(path: str) -> str:
     known = ", ".join(quote(k) for k in KNOWN_KEYS)
     return (
-        f"SELECT count(*) FROM read_json({quote(path)}, format='newline_delimited', records=false, "
+        f"SELECT count(*) FROM read_json({quote(path)}, format='array', records=false, "
         f"columns={{'json': 'JSON'}}, maximum_object_size=16777216) "
         f"WHERE len(list_filter(json_keys(json), lambda k: k NOT IN ({known}))) > 0"
     )
@@ -81,6 +81,7 @@ def invalid_rows() -> str:
       OR (tid IS NOT NULL AND json_type(tid) NOT IN ('BIGINT', 'UBIGINT', 'VARCHAR'))
       OR (args IS NOT NULL AND json_type(args) <> 'OBJECT')
       OR (__extra IS NOT NULL AND json_type(__extra) <> 'OBJECT')
+      OR abs(ts) > 9223372036854775.807 OR abs(dur) > 9223372036854775.807
     """
 
 

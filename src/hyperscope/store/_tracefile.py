@@ -32,6 +32,9 @@ CHUNK_BYTES: Final = 16 << 20
 _HEADER_LIMIT: Final = 512 << 20
 _WS: Final = b" \t\r\n"
 _FIRST_SEP = re.compile(rb"\}(\s*,\s*)\{")
+
+#: Exact: fractions stay decimals, so timestamps keep every digit. NaN and Infinity (not JSON, but
+#: written by some tools) parse as floats for the validator to name.
 _DECODER = json.JSONDecoder(parse_float=Decimal)
 
 
@@ -190,11 +193,9 @@ class TraceFile:
         try:
             _, end = _DECODER.raw_decode(text)
         except json.JSONDecodeError as exc:
-            problem = (
-                "file ends inside this event (truncated?)"
-                if exc.pos >= len(text.rstrip())
-                else f"invalid JSON: {exc.msg}"
-            )
+            # At the end of the file, an unterminated string or value is a cut, not a typo.
+            at_end = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+            problem = "file ends inside this event (truncated?)" if at_end else f"invalid JSON: {exc.msg}"
             raise TraceFormatError(self.path, problem, event_index=index) from None
         head = text[:end].encode()
         rest = text[end:].encode().lstrip(_WS)

@@ -30,7 +30,11 @@ from hyperscope.store import _sql
 from hyperscope.store._tracefile import Chunk, TraceFile, split_events
 
 _RANK_IN_NAME: Final = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
-_BOOL_TIME: Final = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false)')
+#: What DuckDB would accept leniently (a boolean or a string as a time, integers beyond 64 bits
+#: read as doubles): a chunk holding one goes through the exact parser, which refuses it clearly.
+_SUSPECT: Final = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false|null|"|\[|\{)|[0-9]{20}')
+#: The largest |ts| or |dur| in microseconds whose nanoseconds fit in a signed 64-bit integer.
+_MAX_US: Final = Decimal(2**63 - 1) / 1000
 _KNOWN: Final = frozenset(_sql.KNOWN_KEYS)
 #: Timestamps above this many microseconds are taken as Unix-epoch based (after 2001-09-09).
 _EPOCH_US_MIN: Final = 10**15
@@ -172,57 +176,70 @@ class Importer:
         low = row[0] if row else None
         meta.clock = "epoch_us" if low is not None and low >= _EPOCH_US_MIN * 1000 else "relative"
 
-    def _add_chunk(self, path: Path, chunk: Chunk, lines: bytes | None, meta: RankMeta) -> int:
+    def _add_chunk(self, path: Path, chunk: Chunk, fast: bool, meta: RankMeta) -> int:
         """Fast path through DuckDB; falls back to the exact parser, which also names errors."""
-        ndjson = self.work_dir / "chunk.ndjson"
-        exact = lines is None
-        if lines is not None:
-            ndjson.write_bytes(lines)
+        events = self.work_dir / "chunk.json"
+        exact = not fast
+        if fast:
+            with events.open("wb") as fh:  # a JSON array of the events, bytes as in the source
+                fh.write(b"[")
+                fh.write(chunk.text)
+                fh.write(b"]")
             try:
-                self.con.execute(_sql.read_raw(str(ndjson)))
+                self.con.execute(_sql.read_raw(str(events)))
                 exact = _count(self.con, _sql.invalid_rows()) > 0 or (
-                    _count(self.con, _sql.unknown_keys(str(ndjson))) > 0
+                    _count(self.con, _sql.unknown_keys(str(events))) > 0
                 )
             except duckdb.Error:
                 exact = True
         if exact:
-            ndjson.write_bytes(_exact_ndjson(path, chunk))
+            events.write_bytes(_exact_json(path, chunk))
             try:
-                self.con.execute(_sql.read_raw(str(ndjson)))
+                self.con.execute(_sql.read_raw(str(events)))
             except duckdb.Error as exc:
-                raise TraceFormatError(path, f"cannot be read: {exc}") from None
+                raise TraceFormatError(
+                    path,
+                    f"events {chunk.first_index}..{chunk.first_index + chunk.count - 1} "
+                    f"cannot be read: {exc}",
+                ) from None
             if _count(self.con, _sql.invalid_rows()) > 0:
-                raise TraceFormatError(path, "holds events of an unsupported shape")
+                raise TraceFormatError(
+                    path,
+                    f"events {chunk.first_index}..{chunk.first_index + chunk.count - 1} "
+                    "hold a value hyperscope cannot store",
+                )
         self.con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows(meta.rank, meta.node)}")
-        ndjson.unlink()
+        events.unlink()
         return int(exact)
 
 
-def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bytes | None]]:
-    """Read, decompress and reshape the next chunk on a thread while DuckDB works on this one.
+def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bool]]:
+    """Read, decompress and cut the next chunk on a thread while DuckDB works on this one.
 
-    zlib and DuckDB release the GIL, so the two overlap; at most two chunks are held at once.
-    ``None`` instead of lines marks a chunk for the exact path (booleans where times belong).
+    zlib and DuckDB release the GIL, so the two overlap; at most three chunks are held at once.
+    The flag says whether the chunk may take the fast path (see ``_SUSPECT``).
     """
     done = object()
     queue: Queue[object] = Queue(maxsize=1)
     stop = threading.Event()
 
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                queue.put(item, timeout=0.05)
+                return True
+            except Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for chunk in chunks:
-                lines = None if _BOOL_TIME.search(chunk.text) else _to_ndjson(chunk)
-                while not stop.is_set():
-                    try:
-                        queue.put((chunk, lines), timeout=0.1)
-                        break
-                    except Full:
-                        continue
-                if stop.is_set():
+                if not put((chunk, _SUSPECT.search(chunk.text) is None)):
                     return
-            queue.put(done)
+            put(done)
         except BaseException as exc:  # handed to the consumer, which raises it
-            queue.put(exc)
+            put(exc)
 
     thread = threading.Thread(target=produce, name="hyperscope-reader", daemon=True)
     thread.start()
@@ -235,7 +252,7 @@ def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bytes | None]]
                 raise item
             yield item  # type: ignore[misc]
     finally:
-        stop.set()
+        stop.set()  # the reader gives up within 50 ms; never wait on a full queue
         thread.join()
 
 
@@ -244,27 +261,27 @@ def _count(con: duckdb.DuckDBPyConnection, query: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _to_ndjson(chunk: Chunk) -> bytes:
-    """One event per line: separators become newlines, other newlines (never inside strings) spaces."""
-    text = chunk.text.replace(chunk.sep, b"}\x01{")
-    return text.replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\x01", b"\n") + b"\n"
-
-
 def _decimal(value: object) -> orjson.Fragment:
     if isinstance(value, Decimal):
         return orjson.Fragment(str(value).encode())
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
-def _exact_ndjson(path: Path, chunk: Chunk) -> bytes:
+def _exact_json(path: Path, chunk: Chunk) -> bytes:
+    """The chunk parsed event by event, validated, unknown top-level fields moved to ``__extra``."""
     lines = []
     for index, event in split_events(path, chunk):
         _validate(path, index, event)
         extra = {k: event.pop(k) for k in [k for k in event if k not in _KNOWN]}
         if extra:
             event["__extra"] = extra
-        lines.append(orjson.dumps(event, default=_decimal))
-    return b"\n".join(lines) + b"\n"
+        try:
+            lines.append(orjson.dumps(event, default=_decimal))
+        except TypeError as exc:  # lone surrogate escapes ("\ud800") cannot be stored as UTF-8
+            raise TraceFormatError(
+                path, f"holds a value that cannot be stored: {exc}", event_index=index
+            ) from None
+    return b"[" + b",\n".join(lines) + b"]"
 
 
 def _is_number(value: object) -> bool:
@@ -302,12 +319,44 @@ def _validate(path: Path, index: int, event: object) -> None:
         fail("dur", "is missing", "a number of microseconds")
     if dur is not None and not _is_number(dur):
         fail("dur", f"is {dur!r}", "a number of microseconds")
+    for key in ("ts", "dur"):
+        value = event.get(key)
+        if _is_number(value) and abs(value) > _MAX_US:  # type: ignore[arg-type]
+            fail(key, f"is {value} microseconds, beyond what 64-bit nanoseconds hold", "at most 9.2e15")
     for key in ("pid", "tid"):
         value = event.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, str))):
             fail(key, f"is {value!r}", "an integer or a string")
     if event.get("args") is not None and not isinstance(event["args"], dict):
         fail("args", f"is {type(event['args']).__name__}", "an object")
+    for key, value in event.items():
+        found = _unstorable(value, key)
+        if found is not None:
+            fail(found[0], found[1], found[2])
+
+
+def _unstorable(value: object, where: str) -> tuple[str, str, str] | None:
+    """The first value that would not come back as written: (field path, problem, expected).
+
+    Integers beyond 64 bits (DuckDB's JSON reads them as doubles) and NaN or Infinity (not JSON;
+    they would come back as null).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not -(2**63) <= value < 2**64:
+            return where, "is an integer beyond 64 bits", "an integer between -2**63 and 2**64-1"
+    elif isinstance(value, float):
+        return where, f"is {value}, which JSON does not allow", "a finite number"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            found = _unstorable(v, f"{where}.{k}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _unstorable(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def now_ns() -> int:

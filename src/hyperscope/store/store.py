@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
+
 from hyperscope.errors import HyperscopeError, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, RankMeta, profile_dir
 from hyperscope.store import profile as _profile
@@ -16,6 +18,7 @@ from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
 from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, now_ns, trace_files
 
 ENV_HOME = "HYPERSCOPE_HOME"
+_DISK_FULL = "{home}: disk full while importing; nothing was stored. Free space and retry."
 
 
 def default_home() -> Path:
@@ -101,10 +104,12 @@ class Store:
                 target = _profile.publish(self.home, out, meta)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise StoreError(
-                    f"{self.home}: disk full while importing; nothing was stored. Free space and retry."
-                ) from exc
+                raise StoreError(_DISK_FULL.format(home=self.home)) from exc
             raise StoreError(f"{self.home}: cannot write the profile: {exc}") from exc
+        except duckdb.Error as exc:  # DuckDB reports its own I/O (spill files) this way
+            if "No space left" in str(exc) or "disk is full" in str(exc).lower():
+                raise StoreError(_DISK_FULL.format(home=self.home)) from exc
+            raise StoreError(f"{self.home}: the import failed, nothing was stored: {exc}") from exc
         ref = ProfileRef(
             id=meta.profile_id,
             job_id=0,
