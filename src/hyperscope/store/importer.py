@@ -32,7 +32,15 @@ from hyperscope.store._tracefile import Chunk, TraceFile, split_events
 _RANK_IN_NAME: Final = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
 #: What DuckDB would accept leniently (a boolean or a string as a time, integers beyond 64 bits
 #: read as doubles): a chunk holding one goes through the exact parser, which refuses it clearly.
-_SUSPECT: Final = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false|null|"|\[|\{)|[0-9]{20}')
+_SUSPECT_TIME: Final = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false|null|"|\[|\{)')
+_DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_TWENTY_DIGITS: Final = b"0" * 20  # 2**64 has 20 digits; a regex for this is 10x slower
+
+
+def _fast_path_safe(text: bytes) -> bool:
+    return _SUSPECT_TIME.search(text) is None and _TWENTY_DIGITS not in text.translate(_DIGITS_TO_ZERO)
+
+
 #: The largest |ts| or |dur| in microseconds whose nanoseconds fit in a signed 64-bit integer.
 _MAX_US: Final = Decimal(2**63 - 1) / 1000
 _KNOWN: Final = frozenset(_sql.KNOWN_KEYS)
@@ -217,7 +225,7 @@ def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bool]]:
     """Read, decompress and cut the next chunk on a thread while DuckDB works on this one.
 
     zlib and DuckDB release the GIL, so the two overlap; at most three chunks are held at once.
-    The flag says whether the chunk may take the fast path (see ``_SUSPECT``).
+    The flag says whether the chunk may take the fast path (``_fast_path_safe``).
     """
     done = object()
     queue: Queue[object] = Queue(maxsize=1)
@@ -235,7 +243,7 @@ def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bool]]:
     def produce() -> None:
         try:
             for chunk in chunks:
-                if not put((chunk, _SUSPECT.search(chunk.text) is None)):
+                if not put((chunk, _fast_path_safe(chunk.text))):
                     return
             put(done)
         except BaseException as exc:  # handed to the consumer, which raises it
