@@ -152,23 +152,43 @@ class TraceFile:
         return _exact_cut(pending, sep)
 
     def _read_header(self, blocks: _Blocks, buf: bytes) -> bytes:
+        """Parse the keys before ``traceEvents``; return the bytes after its ``[``.
+
+        The key is the first ``"traceEvents"`` before which the text is a valid object prefix:
+        the same bytes inside a string or a nested object are skipped.
+        """
         key = b'"traceEvents"'
-        while (pos := buf.find(key)) < 0:
-            if blocks.eof or len(buf) > _HEADER_LIMIT:
-                raise TraceFormatError(
-                    self.path, "has no traceEvents array", field="traceEvents", expected="a list"
-                )
-            buf += blocks.read()
-        head = buf[:pos].rstrip(_WS).rstrip(b",")
-        try:
-            self.header = orjson.loads(head + b"}") if head.strip(_WS) != b"{" else {}
-        except orjson.JSONDecodeError as exc:
-            raise TraceFormatError(self.path, f"invalid JSON before traceEvents: {exc}") from None
-        rest = blocks.read_until(lambda b: len(b.lstrip(_WS + b":")) > 0, buf[pos + len(key) :])
-        rest = rest.lstrip(_WS)
-        if rest[:1] != b":" or rest[1:].lstrip(_WS)[:1] != b"[":
-            raise TraceFormatError(self.path, "is not a list", field="traceEvents", expected="a list")
-        return rest[1:].lstrip(_WS)[1:]
+        start, first_error = 0, ""
+        while True:
+            while (pos := buf.find(key, start)) < 0:
+                if blocks.eof or len(buf) > _HEADER_LIMIT:
+                    if first_error:
+                        raise TraceFormatError(self.path, first_error)
+                    raise TraceFormatError(
+                        self.path, "has no traceEvents array", field="traceEvents", expected="a list"
+                    )
+                buf += blocks.read()
+            head = buf[:pos].rstrip(_WS)
+            try:
+                if head == b"{":
+                    header = {}
+                elif head.endswith(b","):
+                    header = orjson.loads(head[:-1] + b"}")
+                else:
+                    raise orjson.JSONDecodeError("not at a key", "", 0)
+            except orjson.JSONDecodeError as exc:
+                first_error = first_error or f"invalid JSON before traceEvents: {exc}"
+                start = pos + 1
+                continue
+            rest = blocks.read_until(lambda b: len(b.lstrip(_WS + b":")) > 0, buf[pos + len(key) :])
+            rest = rest.lstrip(_WS)
+            if rest[:1] != b":":  # the bytes were a value, not a key
+                start = pos + 1
+                continue
+            if rest[1:].lstrip(_WS)[:1] != b"[":
+                raise TraceFormatError(self.path, "is not a list", field="traceEvents", expected="a list")
+            self.header = header
+            return rest[1:].lstrip(_WS)[1:]
 
     def _separator(self, blocks: _Blocks, pending: bytes) -> bytes:
         """The bytes between two events: decided from the end of the first event."""
