@@ -53,7 +53,10 @@ def _writer(path: str, worker: int, count: int) -> None:
     cat = Catalog(Path(path))
     for i in range(count):
         cat.add_profile(
-            f"job-{i % 3}", _ref(f"w{worker}-{i}"), status=JobStatus.IN_PROGRESS, nodes=[f"n{worker}"],
+            f"job-{i % 3}",
+            _ref(f"w{worker}-{i}"),
+            status=JobStatus.IN_PROGRESS,
+            nodes=[f"n{worker}"],
             created_ns=time.time_ns(),
         )
     cat.close()

@@ -221,7 +221,7 @@ class TraceFile:
         rest = text[end:].encode().lstrip(_WS)
         if rest[:1] == b",":
             raise TraceFormatError(
-                self.path, "file ends after this event (truncated?)", event_index=index + 1
+                self.path, "file ends where this event should start (truncated?)", event_index=index + 1
             )
         if rest[:1] != b"]":
             raise TraceFormatError(
@@ -244,7 +244,9 @@ class TraceFile:
             try:
                 self.trailer = orjson.loads(b"{" + rest[1:])
             except orjson.JSONDecodeError as exc:
-                raise TraceFormatError(self.path, f"invalid JSON after traceEvents: {exc}") from None
+                raise TraceFormatError(
+                    self.path, f"invalid JSON after traceEvents (truncated?): {exc}"
+                ) from None
         elif rest != b"}":
             problem = (
                 "file ends before the closing '}' (truncated?)" if not rest else f"unexpected {rest[:20]!r}"
