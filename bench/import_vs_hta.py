@@ -1,0 +1,176 @@
+"""Import time and peak RSS of hyperscope against Holistic Trace Analysis 0.5.0 loading the same traces.
+
+HTA lives in its own venv (``bench/.venv-hta``) so that its pinned pandas/numpy never meet the
+project's dependencies; this script creates that venv when it is missing. Each side runs in a fresh
+child process, three times; the table shows medians. Wall time is the load call alone, timed inside
+the child (interpreter start and library imports excluded on both sides); peak memory covers the
+whole child process tree (HTA forks a worker pool for several ranks), interpreter and imports
+included on both sides; see ``_common`` for how it is taken.
+
+Targets (docs/DESIGN.md): hyperscope ≥ 5x faster than HTA and ≤ 1/2 of HTA's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BENCH_DIR,
+    MIB,
+    RESULT_MARK,
+    RESULTS_DIR,
+    TRACES_DIR,
+    ChildRun,
+    hyperscope_import,
+    median_run,
+    print_table,
+    run_child,
+    write_results,
+)
+
+HTA_VENV = BENCH_DIR / ".venv-hta"
+HTA_PYTHON = HTA_VENV / "bin" / "python"
+HTA_VERSION = "0.5.0"
+SPEED_TARGET = 5.0
+RSS_TARGET = 0.5
+
+# The child side of an HTA load: argv[1] = trace directory. Counts the parsed events so that a
+# load that silently finds nothing cannot pass for a fast one.
+HTA_CHILD = f"""
+import json, logging, resource, sys, time
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+t0 = time.perf_counter()
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+wall = time.perf_counter() - t0
+traces = analyzer.t.traces
+out = dict(wall_s=wall, events=int(sum(len(df) for df in traces.values())),
+           ranks=sorted(int(r) for r in traces), rss_after_imports=base)
+print({RESULT_MARK!r} + json.dumps(out))
+"""
+
+
+COLUMNS: list[tuple[str, Callable[[dict[str, Any]], object]]] = [
+    ("trace", lambda r: r["trace"]),
+    ("events HTA", lambda r: r["hta_events"]),
+    ("events hs", lambda r: r["hyperscope_events"]),
+    ("HTA s", lambda r: r["hta_wall_s"]),
+    ("hs s", lambda r: r["hyperscope_wall_s"]),
+    ("speedup", lambda r: f"{r['speedup']:.2f}x"),
+    ("≥5x", lambda r: r["speed_met"]),
+    ("HTA MiB", lambda r: round(r["hta_peak_rss"] / MIB)),
+    ("hs MiB", lambda r: round(r["hyperscope_peak_rss"] / MIB)),
+    ("hs/HTA mem", lambda r: f"{r['rss_ratio']:.2f}"),
+    ("≤1/2", lambda r: r["rss_met"]),
+]
+
+
+def ensure_hta_venv() -> None:
+    """Create ``bench/.venv-hta`` with HTA pinned, saying what is done, unless it already works."""
+    if HTA_PYTHON.exists():
+        code = "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"
+        probe = subprocess.run([str(HTA_PYTHON), "-c", code], capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() == HTA_VERSION:
+            print(f"using {HTA_VENV.relative_to(BENCH_DIR.parent)} (HolisticTraceAnalysis {HTA_VERSION})")
+            return
+        print(f"{HTA_VENV} exists but lacks HolisticTraceAnalysis=={HTA_VERSION}; reinstalling")
+    steps = [
+        ["python3", "-m", "venv", str(HTA_VENV)],
+        [str(HTA_VENV / "bin" / "pip"), "install", "--quiet", f"HolisticTraceAnalysis=={HTA_VERSION}"],
+    ]
+    for step in steps:
+        print("$", " ".join(step), flush=True)
+        done = subprocess.run(step, capture_output=True, text=True)
+        noise = "WARNING: Location "  # this machine's pip config names local indexes that may be absent
+        for line in (done.stdout + done.stderr).splitlines():
+            if not line.startswith(noise):
+                print("  " + line)
+        done.check_returncode()
+
+
+def inputs(work: Path) -> list[tuple[str, Path, list[Path]]]:
+    """(name, directory for HTA, paths for hyperscope). HTA wants a directory holding only the trace."""
+    df = TRACES_DIR / "HolisticTraceAnalysis" / "df_index_resolver" / "df_index_resolver.json.gz"
+    df_dir = work / "df_index_resolver"
+    df_dir.mkdir()
+    (df_dir / df.name).symlink_to(df)
+    dlrm = TRACES_DIR / "param" / "dlrm_kineto"
+    return [("df_index_resolver", df_dir, [df]), ("dlrm_kineto (8 ranks)", dlrm, [dlrm])]
+
+
+def hta_load(trace_dir: Path) -> ChildRun:
+    return run_child([str(HTA_PYTHON), "-c", HTA_CHILD, str(trace_dir)])
+
+
+def measure(name: str, hta_dir: Path, hs_paths: list[Path], work: Path, repeats: int) -> dict[str, Any]:
+    """Alternate HTA and hyperscope runs so that drift in the machine's load hits both alike."""
+    hta_runs: list[ChildRun] = []
+    hs_runs: list[ChildRun] = []
+    for i in range(repeats):
+        hta_runs.append(hta_load(hta_dir))
+        hs_runs.append(hyperscope_import(hs_paths, work))
+        print(
+            f"  {name} run {i + 1}: HTA {hta_runs[-1].wall_s:.2f} s {hta_runs[-1].peak_rss / MIB:.0f} MiB, "
+            f"hyperscope {hs_runs[-1].wall_s:.2f} s {hs_runs[-1].peak_rss / MIB:.0f} MiB",
+            flush=True,
+        )
+    hta_wall, hta_rss = median_run(hta_runs)
+    hs_wall, hs_rss = median_run(hs_runs)
+    return {
+        "trace": name,
+        "hta_events": hta_runs[0].payload["events"],
+        "hta_ranks": hta_runs[0].payload["ranks"],
+        "hyperscope_events": hs_runs[0].payload["events"],
+        "hta_wall_s": hta_wall,
+        "hyperscope_wall_s": hs_wall,
+        "speedup": hta_wall / hs_wall,
+        "hta_peak_rss": hta_rss,
+        "hyperscope_peak_rss": hs_rss,
+        "rss_ratio": hs_rss / hta_rss,
+        "hta_rss_after_imports": hta_runs[0].payload["rss_after_imports"],
+        "hyperscope_rss_after_imports": hs_runs[0].payload["rss_after_imports"],
+        "speed_met": hta_wall / hs_wall >= SPEED_TARGET,
+        "rss_met": hs_rss / hta_rss <= RSS_TARGET,
+        "runs": {
+            "hta": [{"wall_s": r.wall_s, "peak_rss": r.peak_rss} for r in hta_runs],
+            "hyperscope": [{"wall_s": r.wall_s, "peak_rss": r.peak_rss} for r in hs_runs],
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if not TRACES_DIR.is_dir():
+        print(f"{TRACES_DIR} is absent: nothing to measure")
+        return 0
+    ensure_hta_venv()
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="hta-", dir=RESULTS_DIR))
+    try:
+        results = [measure(*case, work, args.repeats) for case in inputs(work)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"\nmedian of {args.repeats} runs, each in a fresh process; memory = peak of the child's process tree"
+    )
+    print_table([c[0] for c in COLUMNS], [[c[1](r) for c in COLUMNS] for r in results])
+    baseline = {
+        r["trace"]: [round(r[f"{s}_rss_after_imports"] / MIB) for s in ("hta", "hyperscope")] for r in results
+    }
+    print(f"\nRSS after library imports, before loading, MiB [HTA, hyperscope]: {baseline}")
+    write_results("import_vs_hta", {"hta_version": HTA_VERSION, "repeats": args.repeats, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
