@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from hyperscope.errors import HyperscopeError, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, RankMeta, profile_dir
 from hyperscope.store import profile as _profile
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
-from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, now_ns, trace_files
+from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, trace_files
 
 ENV_HOME = "HYPERSCOPE_HOME"
 _DISK_FULL = "{home}: disk full while importing; nothing was stored. Free space and retry."
@@ -74,7 +75,7 @@ class Store:
                 "--rank applies to a single file; several files take their ranks from the traces"
             )
         source_bytes = sum(f.stat().st_size for f in files)
-        created = now_ns()
+        created = time.time_ns()
         try:
             with _profile.staging(self.home) as work:
                 importer = Importer(work, progress=progress)
