@@ -56,9 +56,88 @@ def write_job(out_dir: Path, spec: SynthSpec, *, compress: bool = False) -> list
     return paths
 
 
+class _Writer:
+    """Writes events one per line, as Kineto's separators, and keeps the ids that link them."""
+
+    def __init__(self, fh: IO[bytes], pid: int, device: int) -> None:
+        self.fh, self.pid, self.device = fh, pid, device
+        self.count = 0
+        self.correlation = 0
+
+    def emit(self, event: dict[str, object]) -> None:
+        self.fh.write((b",\n  " if self.count else b"  ") + orjson.dumps(event))
+        self.count += 1
+
+    def host(self, cat: str, name: str, ts: int, dur: int, args: dict[str, object]) -> None:
+        self.emit(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.pid,
+                "tid": self.pid,
+                "ts": _us(ts),
+                "dur": _us(dur),
+                "args": args,
+            }
+        )
+
+    def launch(self, name: str, ts: int, dur: int, cbid: int, args: dict[str, object]) -> int:
+        """A runtime call and the start of its ac2g flow; returns the correlation id."""
+        self.correlation += 1
+        corr = self.correlation
+        self.host("cuda_runtime", name, ts, dur, {**args, "cbid": cbid, "correlation": corr})
+        self.emit(
+            {
+                "ph": "s",
+                "id": corr,
+                "pid": self.pid,
+                "tid": self.pid,
+                "ts": _us(ts),
+                "cat": "ac2g",
+                "name": "ac2g",
+            }
+        )
+        return corr
+
+    def device_op(
+        self, cat: str, name: str, stream: int, ts: int, dur: int, corr: int, args: dict[str, object]
+    ) -> None:
+        """A kernel, memcpy or memset on a stream, and the end of its launch's flow."""
+        self.emit(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.device,
+                "tid": stream,
+                "ts": _us(ts),
+                "dur": _us(dur),
+                "args": {**args, "device": self.device, "stream": stream, "correlation": corr},
+            }
+        )
+        self.emit(
+            {
+                "ph": "f",
+                "id": corr,
+                "pid": self.device,
+                "tid": stream,
+                "ts": _us(ts),
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
+
+
+def _us(ns: int) -> orjson.Fragment:
+    whole, frac = divmod(ns, 1000)
+    return orjson.Fragment(f"{whole}.{frac:03d}".encode())
+
+
 def _write(fh: IO[bytes], spec: SynthSpec, rank: int) -> int:
     rng = random.Random(spec.seed * 1_000_003 + rank)
-    pid, tid, device = 1000 + rank, 1000 + rank, rank % 8
+    device = rank % 8
     header = {
         "schemaVersion": 1,
         "deviceProperties": [
@@ -78,224 +157,95 @@ def _write(fh: IO[bytes], spec: SynthSpec, rank: int) -> int:
     }
     head = orjson.dumps(header, option=orjson.OPT_INDENT_2)
     fh.write(head[:-2] + b',\n  "traceEvents": [\n')
-    count = 0
-    corr = 10_000 * (rank + 1)
-    ext = 0
+    w = _Writer(fh, 1000 + rank, device)
+    w.correlation = 10_000 * (rank + 1)
     t = spec.start_us * 1000 + rank * 1_500_000 + rng.randrange(1_000_000)  # ns
     gpu_free = t
-    first = True
-
-    def emit(event: dict[str, object]) -> None:
-        nonlocal count, first
-        if not first:
-            fh.write(b",\n")
-        fh.write(b"  " + orjson.dumps(event))
-        first = False
-        count += 1
-
-    def us(ns: int) -> orjson.Fragment:
-        whole, frac = divmod(ns, 1000)
-        return orjson.Fragment(f"{whole}.{frac:03d}".encode())
-
-    for meta_name, args in (
-        ("process_name", {"name": "python"}),
-        ("thread_name", {"name": "thread 0 (python)"}),
+    for name, pid, args in (
+        ("process_name", w.pid, {"name": "python"}),
+        ("thread_name", w.pid, {"name": "thread 0 (python)"}),
+        ("process_labels", device, {"labels": f"GPU {device}"}),
     ):
-        emit({"name": meta_name, "ph": "M", "ts": us(t), "pid": pid, "tid": tid, "args": args})
-    emit(
-        {
-            "name": "process_labels",
-            "ph": "M",
-            "ts": us(t),
-            "pid": device,
-            "tid": 0,
-            "args": {"labels": f"GPU {device}"},
-        }
-    )
+        w.emit(
+            {
+                "name": name,
+                "ph": "M",
+                "ts": _us(t),
+                "pid": pid,
+                "tid": 0 if pid == device else pid,
+                "args": args,
+            }
+        )
+    ext = 0
     for step in range(spec.steps):
         step_start = t
-        ops_start = count
         t += 5_000
-        for _ in range(spec.ops_per_step):
+        for op in range(spec.ops_per_step):
             k = rng.randrange(len(_KERNELS))
             kname, kdur = _KERNELS[k]
             kdur = kdur // 10 + rng.randrange(kdur // 5 + 1)
             op_dur = 8_000 + rng.randrange(12_000)
             ext += 1
-            corr += 1
-            emit(
-                {
-                    "ph": "X",
-                    "cat": "cpu_op",
-                    "name": _OPS[k],
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": us(t),
-                    "dur": us(op_dur),
-                    "args": {"External id": ext, "Ev Idx": count - ops_start},
-                }
-            )
+            w.host("cpu_op", _OPS[k], t, op_dur, {"External id": ext, "Ev Idx": op})
             launch = t + 2_000 + rng.randrange(1_000)
-            ldur = 3_000 + rng.randrange(4_000)
-            emit(
-                {
-                    "ph": "X",
-                    "cat": "cuda_runtime",
-                    "name": "cudaLaunchKernel",
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": us(launch),
-                    "dur": us(ldur),
-                    "args": {"External id": ext, "cbid": 211, "correlation": corr},
-                }
-            )
-            emit(
-                {
-                    "ph": "s",
-                    "id": corr,
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": us(launch),
-                    "cat": "ac2g",
-                    "name": "ac2g",
-                }
+            corr = w.launch(
+                "cudaLaunchKernel", launch, 3_000 + rng.randrange(4_000), 211, {"External id": ext}
             )
             start = max(gpu_free, launch + 4_000 + rng.randrange(20_000))
-            emit(
+            w.device_op(
+                "kernel",
+                kname,
+                7,
+                start,
+                kdur,
+                corr,
                 {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": kname,
-                    "pid": device,
-                    "tid": 7,
-                    "ts": us(start),
-                    "dur": us(kdur),
-                    "args": {
-                        "External id": ext,
-                        "device": device,
-                        "stream": 7,
-                        "correlation": corr,
-                        "registers per thread": 64,
-                        "shared memory": 16384,
-                        "grid": [132, 4, 1],
-                        "block": [256, 1, 1],
-                        "est. achieved occupancy %": 50,
-                    },
-                }
-            )
-            emit(
-                {
-                    "ph": "f",
-                    "id": corr,
-                    "pid": device,
-                    "tid": 7,
-                    "ts": us(start),
-                    "cat": "ac2g",
-                    "name": "ac2g",
-                    "bp": "e",
-                }
+                    "External id": ext,
+                    "registers per thread": 64,
+                    "shared memory": 16384,
+                    "grid": [132, 4, 1],
+                    "block": [256, 1, 1],
+                    "est. achieved occupancy %": 50,
+                },
             )
             gpu_free = start + kdur
             t += op_dur + 1_000
-        # gradients: an all-reduce on the NCCL stream, and a copy of the next batch
-        corr += 1
-        emit(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": pid,
-                "tid": tid,
-                "ts": us(t),
-                "dur": us(6_000),
-                "args": {"cbid": 211, "correlation": corr},
-            }
-        )
+        # gradients: an all-reduce on the NCCL stream, then the copy of the next batch and a memset
+        corr = w.launch("cudaLaunchKernel", t, 6_000, 211, {})
         ar = max(gpu_free - 200_000, t + 10_000)
         ar_dur = 300_000 + rng.randrange(200_000)
-        emit(
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
-                "pid": device,
-                "tid": 20,
-                "ts": us(ar),
-                "dur": us(ar_dur),
-                "args": {
-                    "device": device,
-                    "stream": 20,
-                    "correlation": corr,
-                    "grid": [2, 1, 1],
-                    "block": [512, 1, 1],
-                },
-            }
+        w.device_op(
+            "kernel",
+            "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+            20,
+            ar,
+            ar_dur,
+            corr,
+            {"grid": [2, 1, 1], "block": [512, 1, 1]},
         )
-        corr += 1
-        nbytes = 4 << 20
-        emit(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaMemcpyAsync",
-                "pid": pid,
-                "tid": tid,
-                "ts": us(t + 8_000),
-                "dur": us(5_000),
-                "args": {"cbid": 41, "correlation": corr},
-            }
+        corr = w.launch("cudaMemcpyAsync", t + 8_000, 5_000, 41, {})
+        copy = max(ar + ar_dur, t + 20_000)
+        w.device_op(
+            "gpu_memcpy",
+            "Memcpy HtoD (Pinned -> Device)",
+            7,
+            copy,
+            180_000,
+            corr,
+            {"bytes": 4 << 20, "memory bandwidth (GB/s)": 23.3},
         )
-        cp = max(ar + ar_dur, t + 20_000)
-        emit(
-            {
-                "ph": "X",
-                "cat": "gpu_memcpy",
-                "name": "Memcpy HtoD (Pinned -> Device)",
-                "pid": device,
-                "tid": 7,
-                "ts": us(cp),
-                "dur": us(180_000),
-                "args": {
-                    "device": device,
-                    "stream": 7,
-                    "correlation": corr,
-                    "bytes": nbytes,
-                    "memory bandwidth (GB/s)": 23.3,
-                },
-            }
+        corr = w.launch("cudaMemsetAsync", t + 14_000, 4_000, 51, {})
+        w.device_op(
+            "gpu_memset",
+            "Memset (Device)",
+            7,
+            copy + 190_000,
+            2_000,
+            corr,
+            {"bytes": 65536, "memory bandwidth (GB/s)": 32.768},
         )
-        corr += 1
-        emit(
-            {
-                "ph": "X",
-                "cat": "gpu_memset",
-                "name": "Memset (Device)",
-                "pid": device,
-                "tid": 7,
-                "ts": us(cp + 190_000),
-                "dur": us(2_000),
-                "args": {
-                    "device": device,
-                    "stream": 7,
-                    "correlation": corr,
-                    "bytes": 65536,
-                    "memory bandwidth (GB/s)": 32.768,
-                },
-            }
-        )
-        gpu_free = cp + 192_000
+        gpu_free = copy + 192_000
         t = max(t + 30_000, gpu_free + 10_000)
-        emit(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{step}",
-                "pid": pid,
-                "tid": tid,
-                "ts": us(step_start),
-                "dur": us(t - step_start),
-                "args": {"External id": 0},
-            }
-        )
+        w.host("user_annotation", f"ProfilerStep#{step}", step_start, t - step_start, {"External id": 0})
     fh.write(b'\n  ],\n  "traceName": "synthetic",\n  "displayTimeUnit": "ms"\n}\n')
-    return count
+    return w.count
