@@ -82,7 +82,7 @@ class Importer:
         work_dir: Path,
         *,
         progress: Callable[[int], None] | None = None,
-        memory_limit: str = "512MB",
+        memory_limit: str = "256MB",
     ) -> None:
         self.work_dir = work_dir
         self.progress = progress
