@@ -144,11 +144,12 @@ def import_(
                 report = store.import_traces(paths, job, rank=rank, progress=advance)
             except HyperscopeError as exc:
                 _fail(f"{exc}\nnothing was imported", 2 if isinstance(exc, UsageError) else 1)
+        read = sum(f.events for f in report.files)
         out.print(
-            f"imported {len(report.files)} file(s), {report.profile.events:,} events, "
-            f"{len(report.ranks)} rank(s) into job [bold]{report.job.name}[/] "
-            f"(profile {report.profile.id}): {_mb(report.source_bytes)} → {_mb(report.profile.bytes)} "
-            "on disk; 0 events skipped"
+            f"imported {len(report.files)} file(s), {len(report.ranks)} rank(s) into job "
+            f"[bold]{report.job.name}[/] (profile {report.profile.id}): "
+            f"{read:,} events read, {report.profile.events:,} stored, {read - report.profile.events:,} "
+            f"skipped; {_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} on disk"
         )
         _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
 

@@ -47,7 +47,6 @@ class RankMeta:
     #: every other top-level key of the source file, verbatim (schemaVersion, traceName, ...)
     header: dict[str, Any] = field(default_factory=dict)
     events: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

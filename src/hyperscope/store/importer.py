@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import duckdb
 
-from hyperscope.errors import TraceFormatError, UsageError
+from hyperscope.errors import StoreError, TraceFormatError, UsageError
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store import _sql
 from hyperscope.store._tracefile import Chunk, TraceFile
@@ -115,7 +115,13 @@ class Importer:
             exact += self._add_chunk(path, *item, meta)
         meta.header.update({k: v for k, v in trace.trailer.items() if k != "traceEvents"})
         self._set_clock(meta)
-        meta.events = trace.events
+        stored = _count(self.con, f"SELECT count(*) FROM {STAGED_TABLE} WHERE rank = {int(meta.rank)}")
+        if stored != trace.events:  # nothing may be dropped silently: refuse rather than lose events
+            raise StoreError(
+                f"{path}: read {trace.events} events but staged {stored}; nothing was imported. "
+                "This is a hyperscope bug: please report it with the file."
+            )
+        meta.events = stored
         self.result.ranks.append(meta)
         self.result.files.append(FileResult(path, meta.rank, trace.events, exact))
         return meta
