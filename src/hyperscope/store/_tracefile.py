@@ -110,7 +110,7 @@ class TraceFile:
                 pending += blocks.read()
                 continue
             text, pending = pending[: cut + 1], pending[cut + len(sep) - 1 :]
-            count = text.count(sep) + 1
+            count = _count_events(text, sep)
             yield Chunk(index, count, text, sep)
             index += count
         # The last event is followed by "]" and the trailer, so it is delimited by parsing it. The
@@ -120,7 +120,7 @@ class TraceFile:
         for _ in range(4):
             head, tail = (pending[: cut + 1], pending[cut + len(sep) - 1 :]) if cut > 0 else (b"", pending)
             try:
-                last_text, rest = self._last_event(tail, index + (head.count(sep) + 1 if head else 0))
+                last_text, rest = self._last_event(tail, index + (_count_events(head, sep) if head else 0))
                 break
             except TraceFormatError as exc:
                 first_error = first_error or exc
@@ -131,7 +131,7 @@ class TraceFile:
             assert first_error is not None
             raise first_error
         text = head + sep[1:-1] + last_text if head else last_text
-        count = text.count(sep) + 1
+        count = _count_events(text, sep)
         yield Chunk(index, count, text, sep)
         self.events = index + count
         self._read_trailer(rest.lstrip(_WS)[1:], blocks, top_level_object)
@@ -338,3 +338,13 @@ def _exact_cut(pending: bytes, sep: bytes) -> int:
             return last  # the writer did not use one separator throughout
         last = candidate
         pos = len(text) - len(after)
+
+
+def _count_events(text: bytes, sep: bytes) -> int:
+    """Events in a chunk: separators plus one, unless the separator can occur inside an event."""
+    if b"\n" in sep:
+        return text.count(sep) + 1
+    try:  # compact JSON: nested objects may hold "},{" too, so count what parses
+        return len(orjson.loads(b"[" + text + b"]"))
+    except orjson.JSONDecodeError:
+        return text.count(sep) + 1  # broken anyway: the exact parser will say where
