@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
     TextColumn,
     TimeRemainingColumn,
@@ -76,14 +77,16 @@ def _store(home: Path | None) -> Iterator[Store]:
 
 
 @contextmanager
-def _byte_progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
+def _progress(total: int, label: str, *, bytes_: bool = True) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr, shown only on a terminal and for work that takes a while."""
-    show = err.is_terminal and total > 32 << 20
+    show = err.is_terminal and total > (32 << 20 if bytes_ else 500_000)
+    columns = (
+        (DownloadColumn(), TransferSpeedColumn()) if bytes_ else (MofNCompleteColumn(), TextColumn("events"))
+    )
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        *columns,
         TimeRemainingColumn(),
         console=err,
         disable=not show,
@@ -139,7 +142,7 @@ def import_(
             total = sum(p.stat().st_size for p in _expand(paths))
         except OSError:
             total = 0
-        with _byte_progress(total, f"importing {job}") as advance:
+        with _progress(total, f"importing {job}") as advance:
             try:
                 report = store.import_traces(paths, job, rank=rank, progress=advance)
             except HyperscopeError as exc:
@@ -234,7 +237,9 @@ def export(
     """Export a job's profile to Chrome-trace JSON, so other tools can open it."""
     with _store(home) as store:
         try:
-            written = store.export_chrome(job, chrome, rank=rank)
+            events = store.profile(job).meta.events
+            with _progress(events, f"exporting {job}", bytes_=False) as advance:
+                written = store.export_chrome(job, chrome, rank=rank, progress=advance)
         except HyperscopeError as exc:
             _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
     for path in written:

@@ -17,7 +17,7 @@ while an import writes a single part per table (small profiles pay for one file,
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -86,8 +86,11 @@ class ProfileMeta:
                     f"{path}: field 'schema_version' is {version!r}; this hyperscope reads "
                     f"versions up to {SCHEMA_VERSION}. Upgrade hyperscope to read this profile."
                 )
-            ranks = [RankMeta(**r) for r in raw.pop("ranks", [])]
-            return cls(ranks=ranks, **raw)
+            # Keys this version does not know (written by a newer minor version) are ignored.
+            rank_keys = {f.name for f in fields(RankMeta)}
+            ranks = [RankMeta(**{k: v for k, v in r.items() if k in rank_keys}) for r in raw.pop("ranks", [])]
+            known = {f.name for f in fields(cls)}
+            return cls(ranks=ranks, **{k: v for k, v in raw.items() if k in known})
         except (ValueError, TypeError) as exc:
             raise StoreError(f"{path}: not a valid profile metadata file: {exc}") from exc
 
