@@ -58,6 +58,7 @@ HomeOption = Annotated[
         "--home",
         help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.",
         show_default=False,
+        metavar="DIR",
     ),
 ]
 
@@ -119,14 +120,16 @@ def import_(
             help="Trace files (.json, .json.gz) written by torch.profiler/Kineto, or directories of "
             "them. Several files of one distributed run become one profile, one rank per file.",
             show_default=False,
+            metavar="PATH",
         ),
     ],
-    job: Annotated[str, typer.Option("--job", "-j", help="Job name; created if new.")],
+    job: Annotated[str, typer.Option("--job", "-j", help="Job name; created if new.", metavar="NAME")],
     rank: Annotated[
         int | None,
         typer.Option(
             help="Rank of a single file whose trace and file name do not say (default 0).",
             show_default=False,
+            metavar="N",
         ),
     ] = None,
     home: HomeOption = None,
@@ -209,7 +212,7 @@ def jobs(
 
 @app.command("show")
 def show(
-    job: Annotated[str, typer.Argument(help="Job name or id.")],
+    job: Annotated[str, typer.Argument(help="Job name or id.", metavar="JOB")],
     home: HomeOption = None,
 ) -> None:
     """Summarize a job's newest profile: ranks, event kinds, top kernels."""
@@ -223,15 +226,18 @@ def show(
 
 @app.command("export")
 def export(
-    job: Annotated[str, typer.Argument(help="Job name or id.")],
+    job: Annotated[str, typer.Argument(help="Job name or id.", metavar="JOB")],
     chrome: Annotated[
         Path,
         typer.Option(
             help="Output NAME.json or NAME.json.gz (several ranks: NAME.rankN.json[.gz] each), "
             "loadable by Perfetto, chrome://tracing and HTA.",
+            metavar="OUT",
         ),
     ],
-    rank: Annotated[int | None, typer.Option(help="Export only this rank.", show_default=False)] = None,
+    rank: Annotated[
+        int | None, typer.Option(help="Export only this rank.", show_default=False, metavar="N")
+    ] = None,
     home: HomeOption = None,
 ) -> None:
     """Export a job's profile to Chrome-trace JSON, so other tools can open it."""
@@ -248,7 +254,7 @@ def export(
 
 @app.command("rm")
 def rm(
-    job: Annotated[str, typer.Argument(help="Job name or id.")],
+    job: Annotated[str, typer.Argument(help="Job name or id.", metavar="JOB")],
     home: HomeOption = None,
 ) -> None:
     """Delete a job and its profiles from the store."""
