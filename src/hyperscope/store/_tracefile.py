@@ -101,7 +101,7 @@ class TraceFile:
         index = 0
         while True:
             if not blocks.eof and len(pending) < CHUNK_BYTES:
-                pending += blocks.read()
+                pending += blocks.read(max(READ_BYTES, CHUNK_BYTES - len(pending)))
                 continue
             if blocks.eof:
                 break
@@ -264,9 +264,9 @@ class _Blocks:
         self.eof = False
         self._reported = 0
 
-    def read(self) -> bytes:
+    def read(self, size: int = READ_BYTES) -> bytes:
         try:
-            data = self.stream.read(READ_BYTES)
+            data = self.stream.read(size)
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise TraceFormatError(self.path, f"gzip stream is damaged or truncated: {exc}") from None
         if not data:

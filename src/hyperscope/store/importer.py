@@ -11,9 +11,11 @@ Any error leaves nothing behind: the staging directory is removed and the catalo
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Full, Queue
@@ -31,6 +33,8 @@ _RANK_IN_NAME: Final = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
 #: Timestamps above this many microseconds are taken as Unix-epoch based (after 2001-09-09).
 _EPOCH_US_MIN: Final = 10**15
 STAGED_TABLE: Final = "staged_rows"
+#: Chunks turned into rows at once: DuckDB runs each chunk's statements on one core.
+WORKERS: Final = 2
 
 
 @dataclass(slots=True)
@@ -102,29 +106,62 @@ class Importer:
     def close(self) -> None:
         self.con.close()
 
-    def add_file(self, path: Path, rank: int | None, *, default_rank: int | None = None) -> RankMeta:
-        trace = TraceFile(path, self.progress)
-        chunks = _prefetched(trace.chunks())
-        # The header (distributedInfo, host name) is known once the first chunk has been cut.
-        first = next(chunks, None)
-        meta = self._rank_meta(path, trace.header, rank, default_rank)
-        exact = 0
-        for item in [first] if first is not None else []:
-            exact += self._add_chunk(path, *item, meta)
-        for item in chunks:
-            exact += self._add_chunk(path, *item, meta)
-        meta.header.update({k: v for k, v in trace.trailer.items() if k != "traceEvents"})
-        self._set_clock(meta)
-        stored = _count(self.con, f"SELECT count(*) FROM {STAGED_TABLE} WHERE rank = {int(meta.rank)}")
-        if stored != trace.events:  # nothing may be dropped silently: refuse rather than lose events
-            raise StoreError(
-                f"{path}: read {trace.events} events but staged {stored}; nothing was imported. "
-                "This is a hyperscope bug: please report it with the file."
-            )
-        meta.events = stored
-        self.result.ranks.append(meta)
-        self.result.files.append(FileResult(path, meta.rank, trace.events, exact))
-        return meta
+    def add_files(self, paths: Sequence[Path], rank: int | None, *, default_rank: int | None) -> None:
+        """Read every file into the staging table, ``WORKERS`` chunks at a time.
+
+        DuckDB runs each of these small statements on one core, so chunks (of one big file, or of
+        several small ones) go to a pool of workers, each with its own connection; this thread cuts
+        the files and keeps at most ``WORKERS`` chunks in flight.
+        """
+        local = threading.local()
+
+        def work(path: Path, chunk: Chunk, fast: bool, meta: RankMeta) -> int:
+            con = getattr(local, "con", None)
+            if con is None:
+                con = local.con = self.con.cursor()
+                con.execute("SET enable_progress_bar = false")
+            return self._add_chunk(con, path, chunk, fast, meta)
+
+        read: list[tuple[Path, TraceFile, RankMeta]] = []
+        exact: dict[int, int] = {}
+        running: dict[Future[int], int] = {}
+
+        def settle(block: bool) -> None:
+            while running and (block or len(running) >= WORKERS):
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    exact[running.pop(future)] += future.result()  # raises the worker's error
+
+        with ThreadPoolExecutor(WORKERS, thread_name_prefix="hyperscope-import") as pool:
+            try:
+                for path in paths:
+                    trace = TraceFile(path, self.progress)
+                    chunks = _prefetched(trace.chunks())
+                    # The header (distributedInfo, host name) is known once a chunk has been cut.
+                    first = next(chunks, None)
+                    meta = self._rank_meta(path, trace.header, rank, default_rank)
+                    self.result.ranks.append(meta)
+                    exact[meta.rank] = 0
+                    for item in itertools.chain([first] if first is not None else [], chunks):
+                        settle(block=False)
+                        running[pool.submit(work, path, *item, meta)] = meta.rank
+                    read.append((path, trace, meta))
+                settle(block=True)
+            except BaseException:
+                for future in running:
+                    future.cancel()
+                raise
+        for path, trace, meta in read:
+            meta.header.update({k: v for k, v in trace.trailer.items() if k != "traceEvents"})
+            self._set_clock(meta)
+            stored = _count(self.con, f"SELECT count(*) FROM {STAGED_TABLE} WHERE rank = {int(meta.rank)}")
+            if stored != trace.events:  # nothing may be dropped silently: refuse rather than lose events
+                raise StoreError(
+                    f"{path}: read {trace.events} events but staged {stored}; nothing was imported. "
+                    "This is a hyperscope bug: please report it with the file."
+                )
+            meta.events = stored
+            self.result.files.append(FileResult(path, meta.rank, trace.events, exact[meta.rank]))
 
     def _rank_meta(
         self, path: Path, header: dict[str, Any], rank: int | None, default_rank: int | None
@@ -174,9 +211,11 @@ class Importer:
         low = row[0] if row else None
         meta.clock = "epoch_us" if low is not None and low >= _EPOCH_US_MIN * 1000 else "relative"
 
-    def _add_chunk(self, path: Path, chunk: Chunk, fast: bool, meta: RankMeta) -> int:
+    def _add_chunk(
+        self, con: duckdb.DuckDBPyConnection, path: Path, chunk: Chunk, fast: bool, meta: RankMeta
+    ) -> int:
         """Fast path through DuckDB; falls back to the exact parser, which also names errors."""
-        events = self.work_dir / "chunk.json"
+        events = self.work_dir / f"chunk-{threading.get_ident()}.json"
         exact = not fast
         if fast:
             with events.open("wb") as fh:  # a JSON array of the events, bytes as in the source
@@ -184,29 +223,29 @@ class Importer:
                 fh.write(chunk.text)
                 fh.write(b"]")
             try:
-                self.con.execute(_sql.read_raw(str(events)))
-                exact = _count(self.con, _sql.invalid_rows()) > 0 or (
-                    _count(self.con, _sql.unknown_keys(str(events))) > 0
+                con.execute(_sql.read_raw(str(events)))
+                exact = _count(con, _sql.invalid_rows()) > 0 or (
+                    _count(con, _sql.unknown_keys(str(events))) > 0
                 )
             except duckdb.Error:
                 exact = True
         if exact:
             events.write_bytes(exact_json(path, chunk))
             try:
-                self.con.execute(_sql.read_raw(str(events)))
+                con.execute(_sql.read_raw(str(events)))
             except duckdb.Error as exc:
                 raise TraceFormatError(
                     path,
                     f"events {chunk.first_index}..{chunk.first_index + chunk.count - 1} "
                     f"cannot be read: {exc}",
                 ) from None
-            if _count(self.con, _sql.invalid_rows()) > 0:
+            if _count(con, _sql.invalid_rows()) > 0:
                 raise TraceFormatError(
                     path,
                     f"events {chunk.first_index}..{chunk.first_index + chunk.count - 1} "
                     "hold a value hyperscope cannot store",
                 )
-        self.con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows(meta.rank, meta.node)}")
+        con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows(meta.rank, meta.node)}")
         events.unlink()
         return int(exact)
 

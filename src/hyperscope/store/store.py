@@ -80,8 +80,7 @@ class Store:
             with _profile.staging(self.home) as work:
                 importer = Importer(work, progress=progress)
                 try:
-                    for path in files:
-                        importer.add_file(path, rank, default_rank=0 if len(files) == 1 else None)
+                    importer.add_files(files, rank, default_rank=0 if len(files) == 1 else None)
                     staged = importer.result
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
