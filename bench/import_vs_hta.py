@@ -7,7 +7,9 @@ the child (interpreter start and library imports excluded on both sides); peak m
 whole child process tree (HTA forks a worker pool for several ranks), interpreter and imports
 included on both sides; see ``_common`` for how it is taken.
 
-Targets (docs/DESIGN.md): hyperscope ≥ 5x faster than HTA and ≤ 1/2 of HTA's peak RSS.
+Targets (foundation issue; incumbent figures in ../shared/DESIGN.md): hyperscope ≥ 5x faster than
+HTA and ≤ 1/2 of HTA's peak RSS. It also checks that HTA loads hyperscope's Chrome-trace export of
+each trace into the same events and ranks as the original, so users keep their HTA workflows.
 """
 
 from __future__ import annotations
@@ -146,6 +148,30 @@ def measure(name: str, hta_dir: Path, hs_paths: list[Path], work: Path, repeats:
     }
 
 
+def hta_reads_export(name: str, hta_dir: Path, hs_paths: list[Path], work: Path) -> dict[str, Any]:
+    """Import with hyperscope, export to Chrome JSON, and load that export with HTA."""
+    from hyperscope import Store
+
+    out = work / f"export-{len(list(work.iterdir()))}"
+    out.mkdir()
+    with Store(work / "export-store") as store:
+        job = f"export-{out.name}"
+        store.import_traces(hs_paths, job)
+        store.export_chrome(job, out)
+    original, exported = hta_load(hta_dir), hta_load(out)
+    same = (original.payload["events"], original.payload["ranks"]) == (
+        exported.payload["events"],
+        exported.payload["ranks"],
+    )
+    print(
+        f"  HTA loads hyperscope's export of {name}: {exported.payload['events']:,} events, ranks "
+        f"{exported.payload['ranks']} (original: {original.payload['events']:,}) -> "
+        f"{'same' if same else 'DIFFERENT'}",
+        flush=True,
+    )
+    return {"trace": name, "events": exported.payload["events"], "same_as_original": same}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -157,7 +183,9 @@ def main() -> int:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hta-", dir=RESULTS_DIR))
     try:
-        results = [measure(*case, work, args.repeats) for case in inputs(work)]
+        cases = inputs(work)
+        results = [measure(*case, work, args.repeats) for case in cases]
+        exports = [hta_reads_export(*case, work) for case in cases]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(
@@ -168,7 +196,10 @@ def main() -> int:
         r["trace"]: [round(r[f"{s}_rss_after_imports"] / MIB) for s in ("hta", "hyperscope")] for r in results
     }
     print(f"\nRSS after library imports, before loading, MiB [HTA, hyperscope]: {baseline}")
-    write_results("import_vs_hta", {"hta_version": HTA_VERSION, "repeats": args.repeats, "results": results})
+    write_results(
+        "import_vs_hta",
+        {"hta_version": HTA_VERSION, "repeats": args.repeats, "results": results, "exports": exports},
+    )
     return 0
 
 
