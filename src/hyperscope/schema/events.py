@@ -69,10 +69,6 @@ PHASES: Final = frozenset("BEXiICbneSTpFstfPOND MVvRc()".replace(" ", ""))
 #: Phases that need no timestamp (metadata events may omit it).
 PHASES_WITHOUT_TS: Final = frozenset("M")
 
-DEVICE_KINDS: Final = frozenset(
-    {EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.SYNC, EventKind.GPU_ANNOTATION}
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Column:
@@ -187,6 +183,9 @@ DELTA_COLUMNS: Final = (
     "total_reserved",
 )
 
+#: What ``memcpy_kind`` is taken from, in a memcpy's name ("Memcpy HtoD (Pageable -> Device)").
+MEMCPY_KINDS: Final = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "DtoA", "AtoD")
+
 #: Sort order of the events table. A track is one kind of event on one thread or stream (as the
 #: rows of a timeline: CUDA API calls, CPU ops, kernels, ...), time-sorted within it. Grouping by
 #: kind makes consecutive rows alike, which is most of what makes the store small.
@@ -194,11 +193,3 @@ SORT_KEY: Final = ("rank", "pid", "tid", "kind", "ts_ns")
 
 #: Columns whose row-group statistics are worth their footer bytes (pruning by rank, time, track).
 STATS_COLUMNS: Final = ("rank", "pid", "tid", "kind", "ts_ns", "device", "stream", "correlation")
-
-
-def memcpy_kind(name: str) -> str | None:
-    """Classify a memcpy by its Kineto name ('Memcpy HtoD (Pageable -> Device)')."""
-    for kind in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "DtoA", "AtoD"):
-        if kind in name:
-            return kind
-    return None

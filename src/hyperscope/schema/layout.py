@@ -5,7 +5,7 @@ $HYPERSCOPE_HOME/
   catalog.sqlite             jobs and their profiles
   profiles/<profile_id>/     one directory per profile, visible only once complete
     meta.json                ProfileMeta (schema version, ranks, source, counts)
-    events/part-*.parquet    events, sorted by (rank, pid, tid, ts_ns); row groups never span ranks
+    events/part-*.parquet    events, sorted by (rank, pid, tid, kind, ts_ns)
     samples/part-*.parquet   samples (absent when the profile has none)
   profiles/.staging-*        work in progress; never read, removed when its writer is gone
 ```

@@ -14,6 +14,7 @@ from hyperscope.schema.events import (
     ARG_COLUMNS,
     CATEGORY_KINDS,
     EVENT_SCHEMA,
+    MEMCPY_KINDS,
     PHASES,
     PHASES_WITHOUT_TS,
     EventKind,
@@ -29,8 +30,6 @@ RAW_COLUMNS: Final = (
     "'ts':'DECIMAL(38,3)','dur':'DECIMAL(38,3)','id':'JSON','bp':'JSON','s':'JSON',"
     "'args':'JSON','__extra':'JSON'}"
 )
-
-MEMCPY_KINDS: Final = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "DtoA", "AtoD")
 
 
 def quote(text: str) -> str:

@@ -204,9 +204,6 @@ class Catalog:
             db.execute("DELETE FROM jobs WHERE id = ?", (found.id,))
         return found
 
-    def profile_ids(self) -> set[str]:
-        return {r[0] for r in self._db.execute("SELECT id FROM profiles").fetchall()}
-
     def _with_profiles(self, job: Job) -> Job:
         rows = self._db.execute(
             "SELECT id, job_id, created_ns, source, events, ranks, bytes, origin FROM profiles "

@@ -42,7 +42,6 @@ class FileResult:
     path: Path
     rank: int
     events: int
-    exact_chunks: int = 0
 
 
 @dataclass(slots=True)
@@ -115,22 +114,22 @@ class Importer:
         """
         local = threading.local()
 
-        def work(path: Path, chunk: Chunk, fast: bool, meta: RankMeta) -> int:
+        def work(path: Path, chunk: Chunk, fast: bool, meta: RankMeta) -> None:
             con = getattr(local, "con", None)
             if con is None:
                 con = local.con = self.con.cursor()
                 con.execute("SET enable_progress_bar = false")
-            return self._add_chunk(con, path, chunk, fast, meta)
+            self._add_chunk(con, path, chunk, fast, meta)
 
         read: list[tuple[Path, TraceFile, RankMeta]] = []
-        exact: dict[int, int] = {}
-        running: dict[Future[int], int] = {}
+        running: set[Future[None]] = set()
 
         def settle(block: bool) -> None:
             while running and (block or len(running) >= WORKERS):
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    exact[running.pop(future)] += future.result()  # raises the worker's error
+                    running.discard(future)
+                    future.result()  # raises the worker's error
 
         with ThreadPoolExecutor(WORKERS, thread_name_prefix="hyperscope-import") as pool:
             try:
@@ -141,10 +140,9 @@ class Importer:
                     first = next(chunks, None)
                     meta = self._rank_meta(path, trace.header, rank, default_rank)
                     self.result.ranks.append(meta)
-                    exact[meta.rank] = 0
                     for item in itertools.chain([first] if first is not None else [], chunks):
                         settle(block=False)
-                        running[pool.submit(work, path, *item, meta)] = meta.rank
+                        running.add(pool.submit(work, path, *item, meta))
                     read.append((path, trace, meta))
                 settle(block=True)
             except BaseException:
@@ -161,7 +159,7 @@ class Importer:
                     "This is a hyperscope bug: please report it with the file."
                 )
             meta.events = stored
-            self.result.files.append(FileResult(path, meta.rank, trace.events, exact[meta.rank]))
+            self.result.files.append(FileResult(path, meta.rank, trace.events))
 
     def _rank_meta(
         self, path: Path, header: dict[str, Any], rank: int | None, default_rank: int | None
@@ -213,7 +211,7 @@ class Importer:
 
     def _add_chunk(
         self, con: duckdb.DuckDBPyConnection, path: Path, chunk: Chunk, fast: bool, meta: RankMeta
-    ) -> int:
+    ) -> None:
         """Fast path through DuckDB; falls back to the exact parser, which also names errors."""
         events = self.work_dir / f"chunk-{threading.get_ident()}.json"
         exact = not fast
@@ -247,7 +245,6 @@ class Importer:
                 )
         con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows(meta.rank, meta.node)}")
         events.unlink()
-        return int(exact)
 
 
 def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bool]]:
