@@ -13,6 +13,7 @@ from hyperscope.schema.events import (
     ArgColumn,
     Column,
     EventKind,
+    SampleMetric,
 )
 from hyperscope.schema.layout import ProfileMeta, RankMeta
 
@@ -31,4 +32,5 @@ __all__ = [
     "EventKind",
     "ProfileMeta",
     "RankMeta",
+    "SampleMetric",
 ]

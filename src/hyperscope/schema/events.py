@@ -168,6 +168,36 @@ SAMPLE_SCHEMA: Final = pa.schema(
     ]
 )
 
+class SampleMetric(enum.StrEnum):
+    """Names in ``samples.metric``: what a sample measures, with its unit in the name.
+
+    ``device`` is -1 for host-wide metrics, the GPU index for ``gpu_*``, and the CPU core for
+    ``cpu_core_util_pct``. ``perf_*`` values are counts over one sampling interval of the
+    profiled process (user space only where the kernel restricts more).
+    """
+
+    CPU_UTIL_PCT = "cpu_util_pct"  # whole host, 0-100
+    CPU_CORE_UTIL_PCT = "cpu_core_util_pct"  # one core (device = core index), 0-100
+    PROCESS_CPU_UTIL_PCT = "process_cpu_util_pct"  # profiled process, 100 = one core busy
+    HOST_MEM_USED_BYTES = "host_mem_used_bytes"
+    HOST_MEM_TOTAL_BYTES = "host_mem_total_bytes"
+    PROCESS_RSS_BYTES = "process_rss_bytes"
+    GPU_UTIL_PCT = "gpu_util_pct"  # NVML: time a kernel ran over the last sample period
+    GPU_MEM_UTIL_PCT = "gpu_mem_util_pct"
+    GPU_MEM_USED_BYTES = "gpu_mem_used_bytes"
+    GPU_MEM_TOTAL_BYTES = "gpu_mem_total_bytes"
+    GPU_POWER_W = "gpu_power_w"
+    GPU_TEMP_C = "gpu_temp_c"
+    GPU_SM_CLOCK_MHZ = "gpu_sm_clock_mhz"
+    PERF_CYCLES = "perf_cycles"
+    PERF_REF_CYCLES = "perf_ref_cycles"
+    PERF_INSTRUCTIONS = "perf_instructions"
+    PERF_CACHE_MISSES = "perf_cache_misses"
+    PERF_BRANCH_MISSES = "perf_branch_misses"
+    PERF_ITLB_MISSES = "perf_itlb_misses"
+    PERF_DTLB_MISSES = "perf_dtlb_misses"
+
+
 #: Columns written with delta encoding (monotone, or nearly, within a track once sorted).
 DELTA_COLUMNS: Final = (
     "ts_ns",
