@@ -7,6 +7,7 @@ $HYPERSCOPE_HOME/
     meta.json                ProfileMeta (schema version, ranks, source, counts)
     events/part-*.parquet    events, sorted by (rank, pid, tid, kind, ts_ns)
     samples/part-*.parquet   samples (absent when the profile has none)
+    ranks/r00000.json        a capture's per-rank metadata, rewritten by that rank at each flush
   profiles/.staging-*        work in progress; never read, removed when its writer is gone
 ```
 
@@ -29,6 +30,7 @@ EVENTS_DIR: Final = "events"
 SAMPLES_DIR: Final = "samples"
 PROFILES_DIR: Final = "profiles"
 CATALOG_FILE: Final = "catalog.sqlite"
+RANKS_DIR: Final = "ranks"
 STAGING_PREFIX: Final = ".staging-"
 
 
@@ -47,6 +49,26 @@ class RankMeta:
     #: every other top-level key of the source file, verbatim (schemaVersion, traceName, ...)
     header: dict[str, Any] = field(default_factory=dict)
     events: int = 0
+    samples: int = 0
+    ts_min_ns: int | None = None
+    ts_max_ns: int | None = None
+    local_rank: int | None = None
+    #: False when part of this rank's data could not be written (disk full, a profiler error)
+    complete: bool = True
+    #: what was not captured and why, said once ("perf counters unavailable: ...")
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str, path: Path) -> RankMeta:
+        try:
+            raw = json.loads(text)
+            known = {f.name for f in fields(cls)}
+            return cls(**{k: v for k, v in raw.items() if k in known})
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"{path}: not a valid rank metadata file: {exc}") from exc
 
 
 @dataclass(slots=True)

@@ -39,6 +39,18 @@ CREATE TABLE IF NOT EXISTS profiles (
     origin      TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS profiles_job ON profiles(job_id);
+CREATE TABLE IF NOT EXISTS profile_ranks (
+    profile_id  TEXT NOT NULL REFERENCES profiles(id) ON DELETE CASCADE,
+    rank        INTEGER NOT NULL,
+    node        TEXT NOT NULL,
+    world_size  INTEGER NOT NULL,
+    status      TEXT NOT NULL,
+    events      INTEGER NOT NULL DEFAULT 0,
+    bytes       INTEGER NOT NULL DEFAULT 0,
+    message     TEXT NOT NULL DEFAULT '',
+    updated_ns  INTEGER NOT NULL,
+    PRIMARY KEY (profile_id, rank)
+);
 """
 
 
@@ -57,6 +69,15 @@ class JobStatus(enum.StrEnum):
             if status.value.lower() == text.lower():
                 return status
         raise UsageError(f"unknown status {text!r}; expected one of {', '.join(s.value for s in cls)}")
+
+
+class RankStatus(enum.StrEnum):
+    """Where one rank of a capture stands; the job's status is derived from all of them."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"  # training finished, but some of the profile could not be written
+    FAILED = "failed"  # the training process raised or exited non-zero
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +174,108 @@ class Catalog:
                 ),
             )
         return self.job(str(job_id))
+
+    def open_capture(
+        self, job_name: str, profile: ProfileRef, *, rank: int, node: str, world_size: int
+    ) -> Job:
+        """Register one rank of a capture: the job (InProgress), the profile, the rank's row.
+
+        Every rank of a distributed run calls this with the same profile id; the first one creates
+        the rows, the others join them.
+        """
+        with self._write() as db:
+            row = db.execute("SELECT id, nodes, ranks FROM jobs WHERE name = ?", (job_name,)).fetchone()
+            if row is None:
+                cur = db.execute(
+                    "INSERT INTO jobs(name, created_ns, updated_ns, status, nodes, ranks) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (job_name, profile.created_ns, profile.created_ns, JobStatus.IN_PROGRESS.value,
+                     json.dumps([node] if node else []), world_size),
+                )
+                job_id = int(cur.lastrowid or 0)
+            else:
+                job_id = int(row[0])
+                merged = sorted(set(json.loads(row[1])) | ({node} if node else set()))
+                db.execute(
+                    "UPDATE jobs SET updated_ns = ?, nodes = ?, ranks = max(ranks, ?) WHERE id = ?",
+                    (profile.created_ns, json.dumps(merged), world_size, job_id),
+                )
+            db.execute(
+                "INSERT OR IGNORE INTO profiles(id, job_id, created_ns, source, events, ranks, bytes, "
+                "origin) VALUES (?, ?, ?, ?, 0, 0, 0, ?)",
+                (profile.id, job_id, profile.created_ns, profile.source, profile.origin),
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO profile_ranks(profile_id, rank, node, world_size, status, "
+                "updated_ns) VALUES (?, ?, ?, ?, ?, ?)",
+                (profile.id, rank, node, world_size, RankStatus.RUNNING.value, profile.created_ns),
+            )
+            self._settle(db, profile.id)
+        return self.job(str(job_id))
+
+    def update_capture(
+        self,
+        profile_id: str,
+        rank: int,
+        *,
+        events: int,
+        bytes: int,
+        status: RankStatus | None = None,
+        message: str | None = None,
+        now_ns: int,
+    ) -> None:
+        """Record a rank's progress (after each flush) or its end, and re-derive the job's status."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE profile_ranks SET events = ?, bytes = ?, status = coalesce(?, status), "
+                "message = coalesce(?, message), updated_ns = ? WHERE profile_id = ? AND rank = ?",
+                (events, bytes, status.value if status else None, message, now_ns, profile_id, rank),
+            )
+            self._settle(db, profile_id)
+
+    def rank_statuses(self, profile_id: str) -> list[tuple[int, str, RankStatus, str]]:
+        """(rank, node, status, message) of every rank of a captured profile."""
+        rows = self._db.execute(
+            "SELECT rank, node, status, message FROM profile_ranks WHERE profile_id = ? ORDER BY rank",
+            (profile_id,),
+        ).fetchall()
+        return [(int(r), str(n), RankStatus(str(s)), str(m)) for r, n, s, m in rows]
+
+    @staticmethod
+    def _settle(db: sqlite3.Connection, profile_id: str) -> None:
+        """Totals of the profile, and the job's status: Failed if a rank failed, Completed once
+        every rank of the world has finished, InProgress until then."""
+        ranks = db.execute(
+            "SELECT count(*), coalesce(sum(events), 0), coalesce(sum(bytes), 0), max(world_size), "
+            "count(*) FILTER (WHERE status = 'failed'), "
+            "count(*) FILTER (WHERE status IN ('completed', 'incomplete')) "
+            "FROM profile_ranks WHERE profile_id = ?",
+            (profile_id,),
+        ).fetchone()
+        count, events, size, world, failed, finished = ranks
+        db.execute(
+            "UPDATE profiles SET events = ?, bytes = ?, ranks = ? WHERE id = ?",
+            (events, size, count, profile_id),
+        )
+        notes = [
+            f"rank {r}: {m}"
+            for r, m in db.execute(
+                "SELECT rank, message FROM profile_ranks WHERE profile_id = ? AND message <> '' "
+                "ORDER BY rank",
+                (profile_id,),
+            ).fetchall()
+        ]
+        if failed:
+            status = JobStatus.FAILED
+        elif finished >= max(int(world or 1), count):
+            status = JobStatus.COMPLETED
+        else:
+            status = JobStatus.IN_PROGRESS
+        db.execute(
+            "UPDATE jobs SET status = ?, message = ?, updated_ns = strftime('%s','now') * 1000000000 "
+            "WHERE id = (SELECT job_id FROM profiles WHERE id = ?)",
+            (status.value, "; ".join(notes), profile_id),
+        )
 
     def set_status(self, job: str, status: JobStatus, message: str = "") -> None:
         found = self.job(job)

@@ -21,19 +21,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hyperscope.errors import StoreError
-from hyperscope.schema.events import DELTA_COLUMNS, EVENT_SCHEMA, SORT_KEY, STATS_COLUMNS
+from hyperscope.schema.events import (
+    DELTA_COLUMNS,
+    EVENT_SCHEMA,
+    SAMPLE_SCHEMA,
+    SORT_KEY,
+    STATS_COLUMNS,
+)
 from hyperscope.schema.layout import (
     EVENTS_DIR,
     META_FILE,
     PROFILES_DIR,
+    RANKS_DIR,
     SAMPLES_DIR,
     STAGING_PREFIX,
     ProfileMeta,
+    RankMeta,
 )
+from hyperscope.store._sql import empty_events
 
 ROW_GROUP_ROWS: Final = 128 * 1024
 SMALL_PROFILE_ROWS: Final = 100_000
-_STRING_COLUMNS: Final = [f.name for f in EVENT_SCHEMA if f.type == pa.string()]
 
 
 def new_profile_id() -> str:
@@ -104,23 +112,33 @@ def write_events(
             f"COMPRESSION_LEVEL 9, PARQUET_VERSION V2, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
         )
         return rows
+    names = [f.name for f in EVENT_SCHEMA]
+    write_part(con.sql(select).to_arrow_table().select(names), target)
+    return rows
+
+
+def write_part(table: pa.Table, path: Path) -> None:
+    """One Parquet file of already sorted rows, in the compact layout of the event schema.
+
+    pyarrow with zstd 19, per-column encodings and one shared dictionary: where fixed costs weigh
+    most (small imports, the parts of a capture), its file is 1.6x smaller than DuckDB's.
+    """
+    schema = EVENT_SCHEMA if "kind" in table.column_names else SAMPLE_SCHEMA
+    strings = [f.name for f in schema if f.type == pa.string()]
     writer = pq.ParquetWriter(
-        target,
-        EVENT_SCHEMA,
+        path,
+        schema,
         compression="zstd",
         compression_level=19,
-        use_dictionary=_STRING_COLUMNS,
-        column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS},
-        write_statistics=list(STATS_COLUMNS),
+        use_dictionary=strings,
+        column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS if c in schema.names},
+        write_statistics=[c for c in (*STATS_COLUMNS, "metric") if c in schema.names],
         store_schema=False,  # the Parquet schema says it all; the Arrow copy costs ~3 KB a file
     )
     try:
-        names = [f.name for f in EVENT_SCHEMA]
-        table = con.sql(select).to_arrow_table().select(names).cast(EVENT_SCHEMA)
-        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        writer.write_table(table.cast(schema), row_group_size=ROW_GROUP_ROWS)
     finally:
         writer.close()
-    return rows
 
 
 def publish(home: Path, staged: Path, meta: ProfileMeta) -> Path:
@@ -163,11 +181,25 @@ class Profile:
             text = meta_path.read_text()
         except FileNotFoundError:
             raise StoreError(f"{meta_path}: profile metadata is missing") from None
-        return cls(path, ProfileMeta.from_json(text, meta_path))
+        meta = ProfileMeta.from_json(text, meta_path)
+        rank_files = sorted((path / RANKS_DIR).glob("*.json"))
+        if rank_files:  # a capture: each rank keeps its own metadata up to date as it flushes
+            ranks = (RankMeta.from_json(f.read_text(), f) for f in rank_files)
+            meta.ranks = sorted(ranks, key=lambda r: r.rank)
+            meta.events = sum(r.events for r in meta.ranks)
+            starts = [r.ts_min_ns for r in meta.ranks if r.ts_min_ns is not None]
+            ends = [r.ts_max_ns for r in meta.ranks if r.ts_max_ns is not None]
+            meta.ts_min_ns = min(starts) if starts else None
+            meta.ts_max_ns = max(ends) if ends else None
+        return cls(path, meta)
 
     @property
     def events_glob(self) -> str:
         return str(self.path / EVENTS_DIR / "*.parquet")
+
+    @property
+    def has_events(self) -> bool:
+        return any((self.path / EVENTS_DIR).glob("*.parquet"))
 
     @property
     def has_samples(self) -> bool:
@@ -177,7 +209,10 @@ class Profile:
         """A DuckDB connection with views ``events`` and ``samples`` over this profile."""
         con = duckdb.connect()
         con.execute("SET enable_progress_bar = false")
-        con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{_sq(self.events_glob)}')")
+        if self.has_events:
+            con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{_sq(self.events_glob)}')")
+        else:  # a capture that has not flushed yet
+            con.execute(f"CREATE VIEW events AS {empty_events()}")
         if self.has_samples:
             glob = str(self.path / SAMPLES_DIR / "*.parquet")
             con.execute(f"CREATE VIEW samples AS SELECT * FROM read_parquet('{_sq(glob)}')")
