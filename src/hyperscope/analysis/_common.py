@@ -1,0 +1,274 @@
+"""What every analysis shares: where the events come from, which part of them to look at, and the
+shape of an answer.
+
+Analyses are pure functions ``(source, Scope, parameters) → Table``. A source is a stored
+:class:`~hyperscope.store.profile.Profile` or a DuckDB connection that already has the views
+``events`` and ``samples`` (what ``Profile.connect()`` gives), so a server can keep one connection
+open and the tests can hand in their own. Nothing here writes to the connection: the scope becomes
+inline SQL, so two analyses on one connection never see each other's state.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from enum import StrEnum
+from typing import Any, Final, Generic, TypeVar
+
+import duckdb
+
+from hyperscope.errors import UsageError
+from hyperscope.store.profile import Profile
+
+Source = Profile | duckdb.DuckDBPyConnection
+
+#: Device-side work, as the schema's kinds name it. ``sync`` is not work: a GPU waiting on an event
+#: is idle, which is where our definition of "busy" departs from HTA's (see docs/analysis.md).
+DEVICE_WORK_KINDS: Final = ("kernel", "memcpy", "memset")
+#: Host-side events that are the CPU doing something (not markers such as annotations or steps).
+HOST_WORK_KINDS: Final = ("cpu_op", "python", "runtime", "driver")
+
+STEP_NAME_RE: Final = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: DuckDB's spelling of the same pattern (RE2).
+STEP_NAME_SQL: Final = r"ProfilerStep\s*#\s*(\d+)"
+
+
+class Level(StrEnum):
+    """How far per-rank figures are rolled up: device-time sums over the ranks of a node or the job."""
+
+    RANK = "rank"
+    NODE = "node"
+    JOB = "job"
+
+    @classmethod
+    def parse(cls, text: str) -> Level:
+        try:
+            return cls(text)
+        except ValueError:
+            raise UsageError(f"level {text!r}: expected one of rank, node, job") from None
+
+    def key_sql(self, rank: str = "rank", node: str = "node") -> str:
+        """The SQL expression (VARCHAR) that names a group at this level."""
+        if self is Level.RANK:
+            return f"CAST({rank} AS VARCHAR)"
+        if self is Level.NODE:
+            return f"coalesce(nullif({node}, ''), '?')"
+        return "'job'"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which ranks, nodes, time window and steps an analysis looks at; ``None`` means all.
+
+    ``start_ns``/``end_ns`` are absolute (the store's clock). ``steps`` is an inclusive range of
+    ``ProfilerStep#N`` numbers: each rank is cut to [start of its first step in range, end of its
+    last one], so ranks whose clocks or pace differ are each compared over the same work.
+    Intervals that cross a window's edge are clipped to it: time is counted where it falls.
+    """
+
+    ranks: tuple[int, ...] | None = None
+    nodes: tuple[str, ...] | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+    steps: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_ns is not None and self.end_ns is not None and self.end_ns <= self.start_ns:
+            raise UsageError(f"time window: end_ns {self.end_ns} must be after start_ns {self.start_ns}")
+        if self.steps is not None:
+            first, last = self.steps
+            if first < 0 or last < first:
+                raise UsageError(f"steps {first}:{last}: expected A:B with 0 <= A <= B")
+        if self.ranks is not None and any(r < 0 for r in self.ranks):
+            raise UsageError(f"ranks {list(self.ranks)}: expected non-negative rank numbers")
+
+
+ALL: Final = Scope()
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``"A:B"``, ``"A:"``-less forms: ``"5"`` (one step) or ``"3:7"`` (inclusive)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
+    if not match:
+        raise UsageError(f"--steps {text!r}: expected A:B (inclusive step numbers, e.g. 3:7) or N")
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) is not None else first
+    if last < first:
+        raise UsageError(f"--steps {text!r}: the last step {last} is before the first {first}")
+    return first, last
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Table(Generic[R]):
+    """One analysis' answer: typed rows plus notes that say what the numbers cannot show.
+
+    ``notes`` carry the caveats a reader must see next to the numbers (no samples, a partial last
+    step, a rank without GPU events), so they travel with the table into JSON and the terminal.
+    """
+
+    title: str
+    row_type: type[R]
+    rows: tuple[R, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        assert is_dataclass(self.row_type)
+        return tuple(f.name for f in fields(self.row_type))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "columns": list(self.columns),
+            "rows": [asdict(r) for r in self.rows],  # type: ignore[call-overload]
+            "notes": list(self.notes),
+        }
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[R]:
+        return iter(self.rows)
+
+
+@contextmanager
+def connection(source: Source) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection for one analysis: a profile's own (closed after), or the caller's (left open)."""
+    if isinstance(source, Profile):
+        con = source.connect()
+        try:
+            con.execute("SET enable_progress_bar = false")
+            yield con
+        finally:
+            con.close()
+    elif isinstance(source, duckdb.DuckDBPyConnection):
+        source.execute("SET enable_progress_bar = false")
+        yield source
+    else:
+        raise UsageError(f"source: expected a Profile or a DuckDB connection, got {type(source).__name__}")
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    return con.execute(sql, list(params)).fetchall()
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    rank: int
+    node: str
+    lo_ns: int
+    hi_ns: int
+
+
+def rank_windows(con: duckdb.DuckDBPyConnection, scope: Scope) -> list[Window]:
+    """Each selected rank's [lo, hi) window in ns: its event span cut by the scope's time and steps.
+
+    Ranks that hold no timed events at all are absent; a step range that a rank never reached
+    leaves that rank out (and the caller says so), rather than widening to the whole trace.
+    """
+    found = rows(
+        con,
+        """SELECT rank, any_value(node), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0))
+           FROM events WHERE ph <> 'M' AND kind <> 'trace' AND ts_ns IS NOT NULL
+           GROUP BY rank ORDER BY rank""",
+    )
+    steps: dict[int, tuple[int, int]] = {}
+    if scope.steps is not None:
+        first, last = scope.steps
+        for rank, lo, hi in rows(
+            con,
+            f"""SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events
+                WHERE kind = 'step' AND dur_ns IS NOT NULL
+                  AND TRY_CAST(regexp_extract(name, '{STEP_NAME_SQL}', 1) AS BIGINT) BETWEEN ? AND ?
+                GROUP BY rank""",
+            [first, last],
+        ):
+            steps[int(rank)] = (int(lo), int(hi))
+    out = []
+    for rank, node, lo, hi in found:
+        if scope.ranks is not None and rank not in scope.ranks:
+            continue
+        if scope.nodes is not None and (node or "") not in scope.nodes:
+            continue
+        lo, hi = int(lo), int(hi)
+        if scope.steps is not None:
+            if rank not in steps:
+                continue
+            lo, hi = max(lo, steps[rank][0]), min(hi, steps[rank][1])
+        if scope.start_ns is not None:
+            lo = max(lo, scope.start_ns)
+        if scope.end_ns is not None:
+            hi = min(hi, scope.end_ns)
+        if hi > lo:
+            out.append(Window(int(rank), str(node or ""), lo, hi))
+    return out
+
+
+def check_ranks(con: duckdb.DuckDBPyConnection, scope: Scope) -> None:
+    """A rank or node the profile does not have is a usage error, not an empty answer."""
+    if scope.ranks is None and scope.nodes is None:
+        return
+    have = rows(con, "SELECT DISTINCT rank, coalesce(node, '') FROM events ORDER BY 1")
+    ranks = sorted({int(r) for r, _ in have})
+    nodes = sorted({str(n) for _, n in have})
+    for r in scope.ranks or ():
+        if r not in ranks:
+            raise UsageError(f"rank {r}: not in this profile (it has ranks {_span(ranks)})")
+    for n in scope.nodes or ():
+        if n not in nodes:
+            raise UsageError(f"node {n!r}: not in this profile (it has nodes {', '.join(nodes)})")
+
+
+def _span(ranks: list[int]) -> str:
+    if not ranks:
+        return "none"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
+def windows_sql(windows: Sequence[Window]) -> str:
+    """The windows as an inline relation ``w(rank, node, lo, hi)``; empty when there are none."""
+    if not windows:
+        return (
+            "(SELECT NULL::INTEGER AS rank, NULL::VARCHAR AS node, NULL::BIGINT AS lo, "
+            "NULL::BIGINT AS hi WHERE false)"
+        )
+    values = ", ".join(f"({w.rank}, {_sql_str(w.node)}, {w.lo_ns}, {w.hi_ns})" for w in windows)
+    return f"(SELECT * FROM (VALUES {values}) AS v(rank, node, lo, hi))"
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def scoped_events_sql(windows: Sequence[Window], where: str, columns: str = "e.*") -> str:
+    """Timed events of the windows' ranks that overlap their window, with ``s``/``t_end`` clipped to it.
+
+    ``s`` and ``t_end`` are the clipped start and end; ``ts_ns``/``dur_ns`` stay as recorded so
+    per-event statistics (a kernel's duration) are never cut short by a window edge.
+    """
+    return f"""SELECT {columns}, greatest(e.ts_ns, w.lo) AS s, least(e.ts_ns + e.dur_ns, w.hi) AS t_end,
+                      w.lo AS win_lo, w.hi AS win_hi
+               FROM events e JOIN {windows_sql(windows)} w ON e.rank = w.rank
+               WHERE e.dur_ns IS NOT NULL AND e.ts_ns < w.hi AND e.ts_ns + e.dur_ns > w.lo
+                 AND ({where})"""
+
+
+def in_list(values: Sequence[str]) -> str:
+    return "(" + ", ".join(_sql_str(v) for v in values) + ")"
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), on an already sorted list."""
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
