@@ -1,0 +1,85 @@
+"""Analyses: pure functions from a profile (or a DuckDB connection over one) and a scope to typed
+tables. The dashboard, ``hyperscope report`` and the web server all call these; HTA-compatible
+variants live in :mod:`hyperscope.analysis.hta`.
+"""
+
+from hyperscope.analysis import hta
+from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, parse_steps
+from hyperscope.analysis.annotations import AnnotationRow, annotation_histogram, annotation_stats
+from hyperscope.analysis.breakdown import GpuTimeRow, TypeSegmentRow, gpu_time, kernel_type_segments
+from hyperscope.analysis.cpu import CpuTimeRow, CpuUtilizationRow, cpu_time, cpu_utilization
+from hyperscope.analysis.dashboard import dashboard, to_json
+from hyperscope.analysis.gpu import (
+    ActivityRow,
+    MemoryOpRow,
+    UtilizationRow,
+    gpu_activity,
+    gpu_utilization,
+    memory_operations,
+)
+from hyperscope.analysis.idle import IdleRow, idle_breakdown
+from hyperscope.analysis.kernels import (
+    PRECISION_RULES,
+    KernelRow,
+    PrecisionRow,
+    kernel_precision,
+    kernel_summary,
+)
+from hyperscope.analysis.latency import LatencyOutlierRow, LatencyStatsRow, latency_outliers, launch_latency
+from hyperscope.analysis.ranks import RankRow, rank_comparison
+from hyperscope.analysis.steps import (
+    HistogramBin,
+    StepRow,
+    StepStatsRow,
+    step_time_histogram,
+    step_time_stats,
+    step_times,
+)
+
+__all__ = [
+    "ALL",
+    "PRECISION_RULES",
+    "ActivityRow",
+    "AnnotationRow",
+    "CpuTimeRow",
+    "CpuUtilizationRow",
+    "GpuTimeRow",
+    "HistogramBin",
+    "IdleRow",
+    "KernelRow",
+    "LatencyOutlierRow",
+    "LatencyStatsRow",
+    "Level",
+    "MemoryOpRow",
+    "PrecisionRow",
+    "RankRow",
+    "Scope",
+    "Source",
+    "StepRow",
+    "StepStatsRow",
+    "Table",
+    "TypeSegmentRow",
+    "UtilizationRow",
+    "annotation_histogram",
+    "annotation_stats",
+    "cpu_time",
+    "cpu_utilization",
+    "dashboard",
+    "gpu_activity",
+    "gpu_time",
+    "gpu_utilization",
+    "hta",
+    "idle_breakdown",
+    "kernel_precision",
+    "kernel_summary",
+    "kernel_type_segments",
+    "latency_outliers",
+    "launch_latency",
+    "memory_operations",
+    "parse_steps",
+    "rank_comparison",
+    "step_time_histogram",
+    "step_time_stats",
+    "step_times",
+    "to_json",
+]

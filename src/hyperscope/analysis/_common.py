@@ -272,3 +272,37 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
+
+
+#: Our kernel types. Communication is a collective library's kernel (NCCL, RCCL); memory is a copy
+#: or a set, by kind, not by name; everything else a kernel does is computation.
+COMM_KERNEL_SQL: Final = "(kind = 'kernel' AND regexp_matches(name, '^(nccl|rccl)', 'i'))"
+TYPE_BITS: Final = {"computation": 1, "communication": 2, "memory": 4}
+TYPE_SQL: Final = f"""CASE WHEN kind IN ('memcpy', 'memset') THEN 'memory'
+    WHEN {COMM_KERNEL_SQL} THEN 'communication' ELSE 'computation' END"""
+BIT_SQL: Final = f"""CASE WHEN kind IN ('memcpy', 'memset') THEN 4 WHEN {COMM_KERNEL_SQL} THEN 2 ELSE 1 END"""
+
+
+def device_ops_sql(windows: Sequence[Window], kinds: Sequence[str] = DEVICE_WORK_KINDS) -> str:
+    """Device operations of the scope: one row per kernel/copy/set with its GPU (``device``)."""
+    return scoped_events_sql(
+        windows,
+        f"e.kind IN {in_list(kinds)}",
+        "e.rank, e.node, coalesce(e.device, e.pid, -1) AS device, e.stream, e.kind, e.name, e.ts_ns, "
+        "e.dur_ns, e.correlation, e.bytes, e.memcpy_kind, e.args",
+    )
+
+
+def scope_notes(windows: Sequence[Window], scope: Scope, con: duckdb.DuckDBPyConnection) -> list[str]:
+    """What the reader must know about the scope: ranks left out because the step range missed them."""
+    notes = []
+    if scope.steps is not None:
+        all_ranks = {int(r) for (r,) in rows(con, "SELECT DISTINCT rank FROM events")}
+        wanted = all_ranks if scope.ranks is None else all_ranks & set(scope.ranks)
+        missing = sorted(wanted - {w.rank for w in windows})
+        if missing:
+            notes.append(
+                f"ranks {', '.join(map(str, missing))} have no ProfilerStep in "
+                f"{scope.steps[0]}:{scope.steps[1]}"
+            )
+    return notes

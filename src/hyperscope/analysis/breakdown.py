@@ -1,0 +1,192 @@
+"""GPU time: busy vs idle, compute vs communication vs memory, their overlap, per GPU, node or job.
+
+One sweep per GPU (see intervals.py) answers every question here. The span of a GPU is its scope
+window when the caller gave steps or a time window (so idle time at the edges of a step counts),
+else first device op start to last device op end, as HTA does. Our busy time is kernels, copies
+and sets; a ``cuda_sync`` row is the GPU waiting, so it is idle time here (HTA counts it as busy).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+
+from hyperscope.analysis._common import (
+    ALL,
+    BIT_SQL,
+    TYPE_BITS,
+    Level,
+    Scope,
+    Source,
+    Table,
+    Window,
+    check_ranks,
+    connection,
+    device_ops_sql,
+    rank_windows,
+    rows,
+    scope_notes,
+)
+from hyperscope.analysis.intervals import sweep_sql
+
+_COMP, _COMM, _MEM = TYPE_BITS["computation"], TYPE_BITS["communication"], TYPE_BITS["memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTimeRow:
+    """One GPU (level rank) or the sum over the GPUs of a node or the job.
+
+    ``non_compute_ns`` = busy time without any computation kernel (communication and copies not
+    hidden under compute), as HTA's non-compute time; ``overlap_pct`` is the share of communication
+    time that computation hid (None without communication).
+    """
+
+    group: str
+    device: int
+    gpus: int
+    span_ns: int
+    busy_ns: int
+    idle_ns: int
+    compute_ns: int
+    communication_ns: int
+    memory_ns: int
+    non_compute_ns: int
+    comm_comp_overlap_ns: int
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+    overlap_pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeSegmentRow:
+    """Time during which exactly this set of kernel types ran (e.g. "computation + communication")."""
+
+    group: str
+    kernel_types: str
+    duration_ns: int
+    pct_of_busy: float
+
+
+@dataclass(frozen=True, slots=True)
+class _GpuSweep:
+    rank: int
+    node: str
+    device: int
+    span_ns: int
+    states: dict[int, int]  # state bitmask → ns (0 = idle)
+
+
+def sweep_gpus(con: duckdb.DuckDBPyConnection, windows: Sequence[Window], explicit: bool) -> list[_GpuSweep]:
+    """Per (rank, GPU): time in each state. ``explicit``: span = scope window, else op extent."""
+    ops = f"(SELECT rank, device, s, t_end, {BIT_SQL} AS bit FROM ({device_ops_sql(windows)}))"
+    found = rows(
+        con,
+        f"SELECT rank, device, state, sum(dur)::BIGINT FROM "
+        f"({sweep_sql(ops, ['rank', 'device'], [1, 2, 4])}) "
+        "GROUP BY ALL ORDER BY ALL",
+    )
+    by_gpu: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
+    for rank, device, state, dur in found:
+        by_gpu[(int(rank), int(device))][int(state)] = int(dur)
+    win = {w.rank: w for w in windows}
+    out = []
+    for (rank, device), states in sorted(by_gpu.items()):
+        extent = sum(states.values())
+        span = win[rank].hi_ns - win[rank].lo_ns if explicit else extent
+        states[0] = states.get(0, 0) + (span - extent)
+        out.append(_GpuSweep(rank, win[rank].node, device, span, states))
+    return out
+
+
+def _group(sw: _GpuSweep, level: Level) -> str:
+    if level is Level.RANK:
+        return str(sw.rank)
+    return (sw.node or "?") if level is Level.NODE else "job"
+
+
+def _explicit(scope: Scope) -> bool:
+    return scope.steps is not None or scope.start_ns is not None or scope.end_ns is not None
+
+
+def gpu_time(source: Source, scope: Scope = ALL, level: Level = Level.RANK) -> Table[GpuTimeRow]:
+    """GPU active vs idle and the temporal breakdown, per GPU (rank level), node or job."""
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        sweeps = sweep_gpus(con, windows, _explicit(scope))
+        notes = scope_notes(windows, scope, con)
+    without = sorted({w.rank for w in windows} - {s.rank for s in sweeps})
+    if without:
+        notes.append(f"ranks {', '.join(map(str, without))} have no GPU events in scope")
+    groups: dict[tuple[str, int], list[_GpuSweep]] = defaultdict(list)
+    for sw in sweeps:
+        groups[(_group(sw, level), sw.device if level is Level.RANK else -1)].append(sw)
+    out = []
+    for (group, device), members in groups.items():
+        span = sum(m.span_ns for m in members)
+        st: dict[int, int] = defaultdict(int)
+        for m in members:
+            for k, v in m.states.items():
+                st[k] += v
+        busy = sum(v for k, v in st.items() if k)
+        compute = sum(v for k, v in st.items() if k & _COMP)
+        comm = sum(v for k, v in st.items() if k & _COMM)
+        mem = sum(v for k, v in st.items() if k & _MEM)
+        both = sum(v for k, v in st.items() if k & _COMP and k & _COMM)
+        idle = st[0]
+        out.append(
+            GpuTimeRow(
+                group,
+                device,
+                len(members),
+                span,
+                busy,
+                idle,
+                compute,
+                comm,
+                mem,
+                busy - compute,
+                both,
+                _pct(idle, span),
+                _pct(compute, span),
+                _pct(busy - compute, span),
+                round(100 * both / comm, 3) if comm else None,
+            )
+        )
+    return Table("GPU time", GpuTimeRow, tuple(out), tuple(notes))
+
+
+def kernel_type_segments(
+    source: Source, scope: Scope = ALL, level: Level = Level.JOB
+) -> Table[TypeSegmentRow]:
+    """Busy time split by which kernel types run together (HTA's ``kernel_type_df``, in ns)."""
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        sweeps = sweep_gpus(con, windows, _explicit(scope))
+        notes = scope_notes(windows, scope, con)
+    acc: dict[tuple[str, int], int] = defaultdict(int)
+    busy: dict[str, int] = defaultdict(int)
+    for sw in sweeps:
+        g = _group(sw, level)
+        for state, dur in sw.states.items():
+            if state:
+                acc[(g, state)] += dur
+                busy[g] += dur
+    out = [
+        TypeSegmentRow(g, _label(state), dur, _pct(dur, busy[g]))
+        for (g, state), dur in sorted(acc.items(), key=lambda kv: (kv[0][0], -kv[1]))
+    ]
+    return Table("GPU busy time by kernel types running together", TypeSegmentRow, tuple(out), tuple(notes))
+
+
+def _label(state: int) -> str:
+    return " + ".join(name for name, bit in TYPE_BITS.items() if state & bit)
+
+
+def _pct(part: int, whole: int) -> float:
+    return round(100 * part / whole, 3) if whole else 0.0

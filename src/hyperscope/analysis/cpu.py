@@ -1,0 +1,153 @@
+"""CPU time: how busy the profiled threads were, and host CPU utilization over time.
+
+Active time of a thread is the union of its operator, Python, CUDA runtime and driver events (the
+CPU doing work for the program); idle is the rest of the window. That is a statement about the
+profiled threads only. Whole-host utilization needs the ``cpu_util_pct`` samples that hyperscope's
+capture writes; imported Kineto traces have none, and the table says so instead of inventing them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hyperscope.analysis._common import (
+    ALL,
+    HOST_WORK_KINDS,
+    Level,
+    Scope,
+    Source,
+    Table,
+    check_ranks,
+    connection,
+    in_list,
+    rank_windows,
+    rows,
+    scope_notes,
+    scoped_events_sql,
+)
+from hyperscope.analysis.gpu import _bucket_ns
+from hyperscope.analysis.intervals import merge_sql
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimeRow:
+    group: str
+    tid: int  # -1 when summed over threads (node or job level)
+    threads: int
+    span_ns: int
+    active_ns: int
+    idle_ns: int
+    active_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class CpuUtilizationRow:
+    node: str
+    rank: int  # -1 for host-wide samples
+    bucket_start_ns: int
+    util_pct: float
+    source: str  # samples metric name, or "event coverage"
+
+
+def _threads(host: str, keys: str) -> str:
+    return f"(SELECT {keys.replace('tid', 'coalesce(tid, -1) AS tid')}, s, t_end FROM ({host}))"
+
+
+def cpu_time(source: Source, scope: Scope = ALL, level: Level = Level.RANK) -> Table[CpuTimeRow]:
+    """Active vs idle time of each profiled host thread (rank level) or summed over a node / the job."""
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        host = scoped_events_sql(windows, f"e.kind IN {in_list(HOST_WORK_KINDS)}", "e.rank, e.node, e.tid")
+        found = rows(
+            con,
+            f"""WITH m AS ({merge_sql(_threads(host, "rank, tid"), ["rank", "tid"])})
+                SELECT rank, tid, sum(t_end - s) FROM m GROUP BY ALL ORDER BY ALL""",
+        )
+        notes = scope_notes(windows, scope, con)
+    win = {w.rank: w for w in windows}
+    groups: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for rank, tid, active in found:
+        w = win[int(rank)]
+        key = str(rank) if level is Level.RANK else (w.node or "?") if level is Level.NODE else "job"
+        groups[(key, int(tid) if level is Level.RANK else -1)].append((w.hi_ns - w.lo_ns, int(active)))
+    out: list[CpuTimeRow] = []
+    for (key, tid), members in groups.items():
+        span = sum(m[0] for m in members)
+        active = sum(m[1] for m in members)
+        out.append(
+            CpuTimeRow(
+                key,
+                tid,
+                len(members),
+                span,
+                active,
+                span - active,
+                round(100 * active / span, 3) if span else 0.0,
+            )
+        )
+    out.sort(key=lambda r: (r.group, -r.active_ns))
+    if not out:
+        notes.append("no host CPU events in scope")
+    notes.append(
+        "active = union of cpu_op, python, runtime and driver events of a thread; idle = the rest "
+        "of the window"
+    )
+    return Table("CPU time of profiled threads", CpuTimeRow, tuple(out), tuple(notes))
+
+
+def cpu_utilization(
+    source: Source, scope: Scope = ALL, *, buckets: int = 100, bucket_ns: int | None = None
+) -> Table[CpuUtilizationRow]:
+    """Host CPU utilization over time from samples; else the profiled threads' event coverage."""
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        notes = scope_notes(windows, scope, con)
+        if not windows:
+            return Table("CPU utilization over time", CpuUtilizationRow, (), (*notes, "no events in scope"))
+        lo, hi = min(w.lo_ns for w in windows), max(w.hi_ns for w in windows)
+        width = _bucket_ns(hi - lo, buckets, bucket_ns)
+        nodes = sorted({w.node for w in windows})
+        for metric in ("cpu_util_pct", "process_cpu_util_pct"):
+            sampled = rows(
+                con,
+                f"""SELECT node, {lo} + (ts_ns - {lo}) // {width} * {width} AS b, avg(value)
+                    FROM samples WHERE metric = ? AND ts_ns >= {lo} AND ts_ns < {hi}
+                      AND coalesce(node, '') IN (SELECT unnest(?::VARCHAR[]))
+                    GROUP BY ALL ORDER BY ALL""",
+                [metric, nodes],
+            )
+            if sampled:
+                found_rows = tuple(
+                    CpuUtilizationRow(str(n), -1, int(b), float(v), metric) for n, b, v in sampled
+                )
+                return Table("CPU utilization over time", CpuUtilizationRow, found_rows, tuple(notes))
+        host = scoped_events_sql(windows, f"e.kind IN {in_list(HOST_WORK_KINDS)}", "e.rank, e.node, e.tid")
+        derived = rows(
+            con,
+            f"""WITH m AS ({merge_sql(_threads(host, "rank, node, tid"), ["rank", "node", "tid"])}),
+                split AS (SELECT rank, node, s, t_end,
+                                 unnest(range((s - {lo}) // {width}, (t_end - 1 - {lo}) // {width}
+                                     + 1)) AS bi FROM m)
+                SELECT rank, node, {lo} + bi * {width},
+                       sum(least(t_end, {lo} + (bi + 1) * {width}) - greatest(s, {lo} + bi * {width}))
+                FROM split GROUP BY ALL ORDER BY ALL""",
+        )
+    win = {w.rank: w for w in windows}
+    out: list[CpuUtilizationRow] = []
+    for rank, node, b, busy in derived:
+        w = win[int(rank)]
+        inside = min(int(b) + width, w.hi_ns) - max(int(b), w.lo_ns)
+        # 100 = one thread busy all the time, as process CPU % (several threads can exceed 100).
+        out.append(
+            CpuUtilizationRow(
+                str(node or ""), int(rank), int(b), round(100 * int(busy) / inside, 3), "event coverage"
+            )
+        )
+    notes.append(
+        "no cpu_util_pct samples in this profile (imported traces have none): showing the profiled "
+        "threads' event coverage instead (100 = one thread busy), not host CPU utilization"
+    )
+    return Table("CPU utilization over time", CpuUtilizationRow, tuple(out), tuple(notes))

@@ -1,0 +1,50 @@
+"""Every dashboard table in one call, on one connection: what ``hyperscope report`` prints and the
+web server will serve. Each entry is an ordinary analysis; this module only picks the defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, connection
+from hyperscope.analysis.annotations import annotation_stats
+from hyperscope.analysis.breakdown import gpu_time, kernel_type_segments
+from hyperscope.analysis.cpu import cpu_time, cpu_utilization
+from hyperscope.analysis.gpu import gpu_activity, gpu_utilization, memory_operations
+from hyperscope.analysis.idle import idle_breakdown
+from hyperscope.analysis.kernels import kernel_precision, kernel_summary
+from hyperscope.analysis.latency import latency_outliers, launch_latency
+from hyperscope.analysis.ranks import rank_comparison
+from hyperscope.analysis.steps import step_time_histogram, step_time_stats, step_times
+
+
+def dashboard(
+    source: Source, scope: Scope = ALL, *, top_k: int = 15, buckets: int = 50
+) -> dict[str, Table[Any]]:
+    """All analyses for ``scope``, keyed by a stable name (the JSON keys of ``report --json``)."""
+    with connection(source) as con:
+        steps = step_times(con, scope)
+        return {
+            "gpu_time": gpu_time(con, scope, Level.RANK),
+            "gpu_time_job": gpu_time(con, scope, Level.JOB),
+            "kernel_types": kernel_type_segments(con, scope, Level.JOB),
+            "idle": idle_breakdown(con, scope, Level.RANK),
+            "kernels": kernel_summary(con, scope, top_k),
+            "precision": kernel_precision(con, scope),
+            "gpu_activity": gpu_activity(con, scope),
+            "memory_ops": memory_operations(con, scope),
+            "launch_latency": launch_latency(con, scope, Level.RANK),
+            "latency_outliers": latency_outliers(con, scope, 5),
+            "steps": step_time_stats(steps, level=Level.RANK),
+            "steps_job": step_time_stats(steps, level=Level.JOB),
+            "step_histogram": step_time_histogram(steps, bins=10),
+            "annotations": annotation_stats(con, scope, top_k=top_k),
+            "cpu_time": cpu_time(con, scope, Level.RANK),
+            "gpu_utilization": gpu_utilization(con, scope, buckets=buckets),
+            "cpu_utilization": cpu_utilization(con, scope, buckets=buckets),
+            "ranks": rank_comparison(con, scope),
+        }
+
+
+def to_json(tables: dict[str, Table[Any]]) -> dict[str, Any]:
+    return {k: t.to_dict() for k, t in tables.items()}

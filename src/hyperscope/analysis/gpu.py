@@ -1,0 +1,168 @@
+"""GPU activity: utilization over time, what the GPU did (kernels, copies, sets, syncs), and memory
+operations with their bytes and achieved bandwidth.
+
+Utilization over time comes from the ``gpu_util_pct`` samples (NVML) where the profile has them,
+else it is derived from device busy time (the share of each bucket covered by any kernel, copy or
+set on that GPU). The two are not the same quantity: NVML counts a sample period as busy when any
+kernel ran in it, so it reads higher than busy-time coverage; each row says which one it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hyperscope.analysis._common import (
+    ALL,
+    Scope,
+    Source,
+    Table,
+    check_ranks,
+    connection,
+    device_ops_sql,
+    rank_windows,
+    rows,
+    scope_notes,
+)
+from hyperscope.analysis.intervals import merge_sql
+from hyperscope.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class UtilizationRow:
+    node: str
+    rank: int  # -1 for samples, which are per node and GPU
+    device: int
+    bucket_start_ns: int
+    util_pct: float
+    source: str  # "samples" (NVML gpu_util_pct) or "busy time" (derived from device events)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityRow:
+    activity: str  # kernel | memcpy | memset | sync
+    count: int
+    total_ns: int
+    pct_of_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOpRow:
+    kind: str  # HtoD | DtoH | DtoD | ... | memset
+    count: int
+    total_ns: int
+    total_bytes: int
+    bandwidth_gbps: float | None  # bytes / busy time (GB/s = bytes per ns); None without bytes
+
+
+def _bucket_ns(windows_span_ns: int, buckets: int, bucket_ns: int | None) -> int:
+    if bucket_ns is not None:
+        if bucket_ns <= 0:
+            raise UsageError(f"bucket_ns {bucket_ns}: expected a positive bucket width in ns")
+        return bucket_ns
+    if buckets < 1:
+        raise UsageError(f"buckets {buckets}: expected a positive number of time buckets")
+    return max(1, -(-windows_span_ns // buckets))
+
+
+def gpu_utilization(
+    source: Source, scope: Scope = ALL, *, buckets: int = 100, bucket_ns: int | None = None
+) -> Table[UtilizationRow]:
+    """GPU utilization per GPU over time, in ``buckets`` equal buckets (or of ``bucket_ns`` each)."""
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        notes = scope_notes(windows, scope, con)
+        if not windows:
+            return Table("GPU utilization over time", UtilizationRow, (), (*notes, "no events in scope"))
+        lo, hi = min(w.lo_ns for w in windows), max(w.hi_ns for w in windows)
+        width = _bucket_ns(hi - lo, buckets, bucket_ns)
+        nodes = sorted({w.node for w in windows})
+        sampled = rows(
+            con,
+            f"""SELECT node, device, {lo} + (ts_ns - {lo}) // {width} * {width} AS b, avg(value)
+                FROM samples WHERE metric = 'gpu_util_pct' AND ts_ns >= {lo} AND ts_ns < {hi}
+                  AND coalesce(node, '') IN (SELECT unnest(?::VARCHAR[]))
+                GROUP BY ALL ORDER BY ALL""",
+            [nodes],
+        )
+        if sampled:
+            found_rows = tuple(
+                UtilizationRow(str(n), -1, int(d), int(b), float(v), "samples") for n, d, b, v in sampled
+            )
+            return Table("GPU utilization over time", UtilizationRow, found_rows, tuple(notes))
+        merged = merge_sql(
+            f"(SELECT rank, node, device, s, t_end FROM ({device_ops_sql(windows)}))",
+            ["rank", "node", "device"],
+        )
+        derived = rows(
+            con,
+            f"""WITH m AS ({merged}),
+                    split AS (SELECT rank, node, device, s, t_end,
+                                     unnest(range((s - {lo}) // {width}, (t_end - 1 - {lo}) //
+                                         {width} + 1)) AS bi
+                              FROM m)
+                SELECT rank, node, device, {lo} + bi * {width} AS b,
+                       sum(least(t_end, {lo} + (bi + 1) * {width}) - greatest(s, {lo} + bi * {width}))
+                FROM split GROUP BY ALL ORDER BY ALL""",
+        )
+    win = {w.rank: w for w in windows}
+    out: list[UtilizationRow] = []
+    for rank, node, device, b, busy in derived:
+        # A bucket that the rank's window cuts short is measured against the part inside it.
+        w = win[int(rank)]
+        inside = min(int(b) + width, w.hi_ns) - max(int(b), w.lo_ns)
+        out.append(
+            UtilizationRow(
+                str(node or ""),
+                int(rank),
+                int(device),
+                int(b),
+                round(100 * int(busy) / inside, 3),
+                "busy time",
+            )
+        )
+    notes.append("no gpu_util_pct samples in this profile: utilization derived from device busy time")
+    return Table("GPU utilization over time", UtilizationRow, tuple(out), tuple(notes))
+
+
+def gpu_activity(source: Source, scope: Scope = ALL) -> Table[ActivityRow]:
+    """How device time splits between kernels, memcpy, memset and sync (sum of durations)."""
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        found = rows(
+            con,
+            f"""SELECT kind, count(*), sum(t_end - s), sum(t_end - s) / sum(sum(t_end - s)) OVER ()
+                FROM ({device_ops_sql(windows, ("kernel", "memcpy", "memset", "sync"))}) GROUP BY kind""",
+        )
+        notes = scope_notes(windows, scope, con)
+    by = {str(k): (int(c), int(t), float(p or 0)) for k, c, t, p in found}
+    out = tuple(
+        ActivityRow(k, by[k][0], by[k][1], round(100 * by[k][2], 3))
+        for k in ("kernel", "memcpy", "memset", "sync")
+        if k in by
+    )
+    notes.append("time is summed per operation (concurrent streams add up); sync is the GPU waiting")
+    return Table("GPU activity", ActivityRow, out, tuple(notes))
+
+
+def memory_operations(source: Source, scope: Scope = ALL) -> Table[MemoryOpRow]:
+    """Copies by direction and sets: count, time, bytes and achieved bandwidth."""
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        found = rows(
+            con,
+            f"""SELECT CASE WHEN kind = 'memset' THEN 'memset' ELSE coalesce(memcpy_kind, 'unknown') END AS k,
+                       count(*), sum(dur_ns), sum(bytes), sum(dur_ns) FILTER (WHERE bytes IS NOT NULL)
+                FROM ({device_ops_sql(windows, ("memcpy", "memset"))}) GROUP BY k ORDER BY
+                    sum(dur_ns) DESC""",
+        )
+        notes = scope_notes(windows, scope, con)
+    out = tuple(
+        MemoryOpRow(str(k), int(c), int(t), int(b or 0), round(int(b) / int(bt), 3) if b and bt else None)
+        for k, c, t, b, bt in found
+    )
+    if not out:
+        notes.append("no memcpy or memset in scope")
+    return Table("GPU memory operations", MemoryOpRow, out, tuple(notes))

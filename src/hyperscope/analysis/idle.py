@@ -1,0 +1,87 @@
+"""Why a GPU was idle: each gap between device operations on one GPU, sorted into causes.
+
+* ``host wait``: the operation that ended the gap was launched by the CPU after the GPU had gone
+  idle, so the GPU was waiting for the host (data loading, Python overhead, a sync on the CPU);
+* ``launch gap``: a gap shorter than ``short_gap_ns`` (default 30 µs, HTA's kernel-wait threshold)
+  between operations already queued: launch overhead between back-to-back kernels;
+* ``other``: queued work that did not start (a dependency on another stream, an event wait).
+
+The three add up to the GPU's idle time between its first and last operation in scope.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hyperscope.analysis._common import (
+    ALL,
+    Level,
+    Scope,
+    Source,
+    Table,
+    check_ranks,
+    connection,
+    device_ops_sql,
+    in_list,
+    rank_windows,
+    rows,
+    scope_notes,
+    scoped_events_sql,
+)
+from hyperscope.errors import UsageError
+
+CAUSES = ("host wait", "launch gap", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class IdleRow:
+    group: str
+    cause: str
+    gaps: int
+    idle_ns: int
+    pct_of_idle: float
+
+
+def idle_breakdown(
+    source: Source, scope: Scope = ALL, level: Level = Level.RANK, *, short_gap_ns: int = 30_000
+) -> Table[IdleRow]:
+    """GPU idle time between operations by cause, per rank, node or job."""
+    if short_gap_ns < 0:
+        raise UsageError(f"short_gap_ns {short_gap_ns}: expected a non-negative duration in ns")
+    with connection(source) as con:
+        check_ranks(con, scope)
+        windows = rank_windows(con, scope)
+        launches = scoped_events_sql(
+            windows,
+            f"e.kind IN {in_list(('runtime', 'driver'))} AND e.correlation IS NOT NULL",
+            "e.rank, e.correlation, e.ts_ns AS launch_ts",
+        )
+        found = rows(
+            con,
+            f"""WITH d AS (SELECT rank, node, device, correlation, s, t_end FROM ({device_ops_sql(windows)})),
+                o AS (SELECT *, max(t_end) OVER (PARTITION BY rank, device ORDER BY s, t_end
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM d),
+                g AS (SELECT o.rank, o.node, o.s - o.prev_end AS gap, o.prev_end,
+                             (SELECT min(l.launch_ts) FROM ({launches}) l
+                              WHERE l.rank = o.rank AND l.correlation = o.correlation) AS launch_ts
+                      FROM o WHERE o.s > o.prev_end)
+                SELECT {level.key_sql()} AS grp,
+                       CASE WHEN launch_ts > prev_end THEN 'host wait'
+                            WHEN gap < {int(short_gap_ns)} THEN 'launch gap' ELSE 'other' END AS cause,
+                       count(*), sum(gap)
+                FROM g GROUP BY ALL ORDER BY ALL""",
+        )
+        notes = scope_notes(windows, scope, con)
+    totals: dict[str, int] = defaultdict(int)
+    for g, _, _, t in found:
+        totals[str(g)] += int(t)
+    out = tuple(
+        IdleRow(
+            str(g), str(c), int(n), int(t), round(100 * int(t) / totals[str(g)], 3) if totals[str(g)] else 0.0
+        )
+        for g, c, n, t in found
+    )
+    if not out:
+        notes.append("no idle gaps between GPU operations in scope")
+    return Table("GPU idle time by cause", IdleRow, out, tuple(notes))
