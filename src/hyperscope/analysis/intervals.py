@@ -41,15 +41,18 @@ def merge_sql(intervals: str, keys: Sequence[str], *, time_type: str = "BIGINT")
     """SQL giving ``keys..., s, t_end``: the union of ``intervals`` as disjoint merged intervals.
 
     Touching intervals merge (as HTA's ``merge_kernel_intervals`` does), so the result is the same
-    set of islands HTA builds; its sweep over them is what HTA-compatible mode reproduces.
+    set of islands HTA builds; its sweep over them is what HTA-compatible mode reproduces. An island
+    starts where a start lies beyond every interval that started strictly earlier; intervals that
+    start together share one decision, so the answer never depends on how a sort orders ties.
     """
     key_list = ", ".join(keys)
     sep = ", " if keys else ""
     partition = f"PARTITION BY {key_list}" if keys else ""
     return f"""
         WITH iv AS (SELECT {key_list}{sep} s::{time_type} AS s, t_end::{time_type} AS t_end FROM {intervals}),
-        m AS (SELECT *, max(t_end) OVER ({partition} ORDER BY s, t_end
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM iv),
+        m AS (SELECT *, max(t_end) OVER ({partition} ORDER BY s
+                     RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW EXCLUDE GROUP) AS prev_end FROM iv),
         g AS (SELECT *, sum(CASE WHEN prev_end IS NULL OR s > prev_end THEN 1 ELSE 0 END)
-                     OVER ({partition} ORDER BY s, t_end ROWS UNBOUNDED PRECEDING) AS grp FROM m)
+                     OVER ({partition} ORDER BY s RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+                     AS grp FROM m)
         SELECT {key_list}{sep} min(s) AS s, max(t_end) AS t_end FROM g GROUP BY {key_list}{sep} grp"""
