@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hyperscope import __version__
+from hyperscope.cli.profile import profile as profile_command
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.catalog import Job, JobStatus
 from hyperscope.store.store import Store
@@ -298,6 +299,9 @@ def demo(
             f"\nnext: `hyperscope jobs`, `hyperscope show {report.job.name}`, "
             f"`hyperscope export {report.job.name} --chrome {report.job.name}.json.gz`"
         )
+
+
+app.command("profile")(profile_command)
 
 
 def _print_summary(summary: Summary) -> None:

@@ -233,6 +233,13 @@ class Catalog:
             )
             self._settle(db, profile_id)
 
+    def rank_totals(self, profile_id: str, rank: int) -> tuple[int, int]:
+        """(events, bytes) a rank of a capture has written so far."""
+        row = self._db.execute(
+            "SELECT events, bytes FROM profile_ranks WHERE profile_id = ? AND rank = ?", (profile_id, rank)
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
     def rank_statuses(self, profile_id: str) -> list[tuple[int, str, RankStatus, str]]:
         """(rank, node, status, message) of every rank of a captured profile."""
         rows = self._db.execute(

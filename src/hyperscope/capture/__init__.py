@@ -1,0 +1,1 @@
+"""In-process capture: annotations, the torch backend, the system sampler, the writer and the session."""

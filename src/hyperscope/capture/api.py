@@ -1,0 +1,197 @@
+"""The calls a training script makes: start, stop, annotate, mark steps.
+
+They mirror SageMaker Profiler's Python API. When no capture runs, each is a global read and a
+return, so the calls can stay in production code. None of them raises because of the profiler: a
+failing capture logs once and steps aside.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from hyperscope.capture.config import ProfilerConfig
+from hyperscope.capture.session import Session
+from hyperscope.store.catalog import RankStatus
+
+log = logging.getLogger("hyperscope.capture")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_session: Session | None = None
+_guard = threading.Lock()
+_hooks_installed = False
+_unhandled: list[BaseException] = []
+_manual_steps = False
+
+
+def start_profiling(config: ProfilerConfig | None = None) -> bool:
+    """Start capturing this process; True when capture runs.
+
+    Without a config, the ``HYPERSCOPE_*`` environment variables decide (all defaults when unset).
+    A second call while a capture runs changes nothing. Errors in the config raise ``UsageError``
+    (they are the caller's to fix); anything else that goes wrong leaves training unprofiled, with
+    a warning in the log.
+    """
+    global _session
+    if config is None:
+        config = ProfilerConfig.from_env()
+    with _guard:
+        if _session is not None and not _session.finished:
+            return True
+        session = Session(config)
+        try:
+            session.start()
+        except Exception as exc:
+            log.warning("hyperscope: profiling is off for this run: %s", exc)
+            _session = None
+            return False
+        _session = session
+        _install_exit_hooks()
+    return True
+
+
+def stop_profiling() -> None:
+    """Flush everything captured, end the capture and record it as completed."""
+    global _session
+    with _guard:
+        session, _session = _session, None
+    if session is None:
+        return
+    try:
+        if _unhandled:
+            exc = _unhandled[-1]
+            session.stop(RankStatus.FAILED, f"the script raised {type(exc).__name__}: {exc}")
+        else:
+            session.stop()
+    except Exception as exc:  # pragma: no cover - stop() catches its own; this is the last net
+        log.warning("hyperscope: ending the capture failed: %s", exc)
+
+
+def is_profiling() -> bool:
+    return _session is not None and _session.recording
+
+
+def step() -> None:
+    """Mark the end of a training step (and the start of the next one)."""
+    global _manual_steps
+    _manual_steps = True
+    session = _session
+    if session is None or session.finished:
+        return
+    try:
+        session.step()
+    except Exception as exc:
+        _give_up(session, exc)
+
+
+def optimizer_step() -> None:
+    """A step seen by the launcher's optimizer hook; ignored once the script marks its own steps."""
+    session = _session
+    if _manual_steps or session is None or session.finished:
+        return
+    try:
+        session.step()
+    except Exception as exc:
+        _give_up(session, exc)
+
+
+def annotation_begin(name: str) -> int:
+    """Open an annotation for code that is not one block; pass the handle to ``annotation_end``."""
+    session = _session
+    if session is None or not session.recording:
+        return 0
+    try:
+        return session.begin(str(name))
+    except Exception as exc:
+        _give_up(session, exc)
+        return 0
+
+
+def annotation_end(handle: int) -> None:
+    session = _session
+    if session is None or not handle:
+        return
+    try:
+        session.end(handle)
+    except Exception as exc:
+        _give_up(session, exc)
+
+
+class annotate:
+    """Time a block (``with annotate("forward"):``) or every call of a function (``@annotate("x")``)."""
+
+    __slots__ = ("_handles", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = str(name)
+        self._handles: list[int] = []
+
+    def __enter__(self) -> annotate:
+        self._handles.append(annotation_begin(self.name) if _session is not None else 0)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        handle = self._handles.pop() if self._handles else 0
+        if handle:
+            annotation_end(handle)
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        name = self.name
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            if _session is None:
+                return func(*args, **kwargs)
+            handle = annotation_begin(name)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                if handle:
+                    annotation_end(handle)
+
+        return wrapper
+
+
+def _give_up(session: Session, exc: BaseException) -> None:
+    """A bug of ours during a step or an annotation: end the capture, keep the training."""
+    global _session
+    log.warning("hyperscope: profiling stopped after an internal error: %r", exc)
+    with _guard:
+        if _session is session:
+            _session = None
+    try:
+        session.notes.append(f"capture stopped early after an internal error: {exc!r}")
+        session.stop(RankStatus.COMPLETED)
+    except Exception:
+        pass
+
+
+def _install_exit_hooks() -> None:
+    """Record an uncaught exception (the job then shows Failed) and end the capture at exit."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        _unhandled.append(value)
+        previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+    atexit.register(stop_profiling)
+
+
+def _current() -> Any:
+    """The running session (tests and the launcher look at it)."""
+    return _session

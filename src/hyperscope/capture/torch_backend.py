@@ -1,0 +1,211 @@
+"""Device activity and CPU operators through PyTorch's profiler (Kineto, CUPTI on NVIDIA GPUs).
+
+hyperscope drives the profiler below ``torch.profiler.profile``: it enables Kineto, disables it at
+each flush, and reads the activities Kineto recorded straight into rows of the event schema. It
+skips what makes ``torch.profiler`` heavy on long runs: the tree of ``FunctionEvent`` Python
+objects and the Chrome JSON text. The rows are exactly what importing that JSON would give (the
+same SQL turns both into typed columns; a test holds them equal).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import duckdb
+import pyarrow as pa
+
+from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY
+from hyperscope.store._sql import rows
+
+#: Categories whose own correlation id is a CUDA correlation, not a link to a CPU op (Kineto export).
+_DEVICE_SIDE: Final = frozenset(
+    {"gpu_memcpy", "gpu_memset", "kernel", "cuda_runtime", "cuda_driver", "privateuse1_runtime",
+     "privateuse1_driver"}
+)
+_FLOW_NAMES: Final = {1: "fwdbwd", 2: "ac2g"}
+#: The CPU op whose args describe an NCCL collective; Kineto copies them onto the kernel it launched.
+_COMMS_OP: Final = "record_param_comms"
+
+_RAW_SCHEMA: Final = pa.schema(
+    [
+        ("ph", pa.string()),
+        ("cat", pa.string()),
+        ("name", pa.string()),
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("ts_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+        ("id", pa.int64()),
+        ("bp", pa.string()),
+        ("args", pa.string()),
+    ]
+)
+
+#: Kineto's raw rows in the layout the importer's SQL reads (``raw``): JSON fields, decimal µs.
+_AS_RAW: Final = """
+CREATE OR REPLACE TEMP TABLE raw AS SELECT
+    to_json(ph) AS ph, to_json(cat) AS cat, to_json(name) AS name,
+    to_json(pid) AS pid, to_json(tid) AS tid,
+    ts_ns::DECIMAL(38, 0) * 0.001::DECIMAL(4, 3) AS ts,
+    dur_ns::DECIMAL(38, 0) * 0.001::DECIMAL(4, 3) AS dur,
+    to_json(id) AS id, to_json(bp) AS bp, NULL::JSON AS s,
+    args::JSON AS args, NULL::JSON AS __extra
+FROM kineto_rows
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Activities:
+    """What Kineto should record. Empty when there is nothing for it to do (no GPU, no CPU ops)."""
+
+    cpu: bool
+    cuda: bool
+
+    @property
+    def any(self) -> bool:
+        return self.cpu or self.cuda
+
+
+def wanted_activities(*, cpu_ops: bool, device: bool) -> Activities:
+    cuda = False
+    if device:
+        try:
+            import torch
+
+            cuda = bool(torch.cuda.is_available())
+        except Exception:
+            cuda = False
+    return Activities(cpu=cpu_ops, cuda=cuda)
+
+
+class KinetoSession:
+    """Kineto switched on and off around windows of steps; each window's results come back whole."""
+
+    def __init__(
+        self,
+        activities: Activities,
+        *,
+        record_shapes: bool = False,
+        memory: bool = False,
+        python_stacks: bool = False,
+    ) -> None:
+        from torch._C._profiler import _ExperimentalConfig
+
+        ag = _autograd()
+        if not ag.kineto_available():
+            raise RuntimeError("this PyTorch build has no Kineto profiler")
+        self._activities = set()
+        if activities.cpu:
+            self._activities.add(ag.ProfilerActivity.CPU)
+        if activities.cuda:
+            self._activities.add(ag.ProfilerActivity.CUDA)
+        self._config = ag.ProfilerConfig(
+            ag.ProfilerState.KINETO, record_shapes, memory, python_stacks, False, False, _ExperimentalConfig()
+        )
+        self.running = False
+
+    def start(self) -> None:
+        ag = _autograd()
+        ag._prepare_profiler(self._config, self._activities)  # every time: Kineto resets at stop
+        ag._enable_profiler(self._config, self._activities)
+        self.running = True
+
+    def stop(self) -> Any:
+        """Kineto's results since ``start``: convert them with ``kineto_table`` (on any thread)."""
+        self.running = False
+        return _autograd()._disable_profiler()
+
+
+def _autograd() -> Any:
+    """``torch.autograd``, untyped: the profiler's entry points there are private to PyTorch."""
+    import importlib
+
+    return importlib.import_module("torch.autograd")
+
+
+def _trace_rows(result: Any) -> Iterator[tuple[Any, ...]]:
+    """(ph, cat, name, pid, tid, ts_ns, dur_ns, id, bp, args) of every activity, as Kineto exports them."""
+    for act in result.trace_activities():
+        cat = act.type()
+        ts = act.timestamp()
+        pid = act.device_id()
+        tid = abs(act.resource_id()) if act.resource_id() != -(2**63) else 0
+        parts = []
+        linked = act.linked_correlation_id()
+        if linked:
+            parts.append(f'"External id": {linked}')
+        elif cat not in _DEVICE_SIDE:
+            corr = act.correlation_id()
+            if corr:
+                parts.append(f'"External id": {corr}')
+        meta = act.metadata_json()
+        if meta:
+            parts.append(meta)
+        if cat == "kernel":
+            launcher = act.linked_activity()
+            if launcher is not None and launcher.name() == _COMMS_OP:
+                comms = launcher.metadata_json()
+                if comms:
+                    parts.append(comms)
+        args = "{" + ", ".join(parts) + "}" if parts else None
+        yield ("X", cat, act.name(), pid, tid, ts, max(act.duration(), 0), None, None, args)
+        flow = act.flow_id()
+        if flow > 0:
+            flow_cat = _FLOW_NAMES.get(act.flow_type(), "ac2g")
+            if act.flow_start():
+                yield ("s", flow_cat, flow_cat, pid, tid, ts, None, flow, None, None)
+            else:
+                yield ("f", flow_cat, flow_cat, pid, tid, ts, None, flow, "e", None)
+
+
+def _event_rows(result: Any) -> Iterator[tuple[Any, ...]]:
+    """The same from ``result.events()``, for PyTorch releases without ``trace_activities``.
+
+    Host threads then carry the profiler's own thread numbers, not the system's.
+    """
+    pid = os.getpid()
+    for ev in result.events():
+        cat = ev.activity_type()
+        on_host = str(ev.device_type()).endswith("CPU")
+        ev_pid = pid if on_host else ev.device_index()
+        tid = ev.start_thread_id() if on_host else ev.device_resource_id()
+        parts = []
+        if ev.linked_correlation_id():
+            parts.append(f'"External id": {ev.linked_correlation_id()}')
+        elif cat not in _DEVICE_SIDE and ev.correlation_id():
+            parts.append(f'"External id": {ev.correlation_id()}')
+        if ev.metadata_json():
+            parts.append(ev.metadata_json())
+        args = "{" + ", ".join(parts) + "}" if parts else None
+        yield ("X", cat, ev.name(), ev_pid, tid, ev.start_ns(), max(ev.duration_ns(), 0), None, None, args)
+
+
+def kineto_rows(result: Any) -> pa.Table:
+    """Kineto's activities as a table of raw rows (before typing)."""
+    source = _trace_rows(result) if hasattr(result, "trace_activities") else _event_rows(result)
+    columns: list[list[Any]] = [[] for _ in _RAW_SCHEMA]
+    for row in source:
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    return pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, _RAW_SCHEMA, strict=True)], schema=_RAW_SCHEMA
+    )
+
+
+def kineto_table(result: Any, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """Kineto's results as rows of the event schema, sorted as the store keeps them."""
+    raw = kineto_rows(result)
+    if raw.num_rows == 0:
+        return EVENT_SCHEMA.empty_table()
+    con.register("kineto_rows", raw)
+    try:
+        con.execute(_AS_RAW)
+        names = ", ".join(f.name for f in EVENT_SCHEMA)
+        table = con.sql(f"SELECT {names} FROM ({rows(rank, node)}) ORDER BY {', '.join(SORT_KEY)}")
+        return table.to_arrow_table().cast(EVENT_SCHEMA)
+    finally:
+        con.unregister("kineto_rows")
+        con.execute("DROP TABLE IF EXISTS raw")

@@ -1,0 +1,122 @@
+"""``hyperscope profile``: run a training command under the profiler (parse, call, print)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hyperscope.capture.config import ProfilerConfig, parse_steps
+from hyperscope.capture.launcher import run
+from hyperscope.errors import HyperscopeError, UsageError
+
+
+def profile(
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            help="The training command, after --: python train.py ..., or torchrun ... train.py.",
+            show_default=False,
+            metavar="-- COMMAND...",
+        ),
+    ],
+    job: Annotated[
+        str | None,
+        typer.Option("--job", "-j", help="Job name (default: script name and time).", metavar="NAME"),
+    ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            help="Record only these steps: START:STOP (10:40 records 10 to 39) or a list (3,5,8). "
+            "Steps are counted from 0 by hyperscope.step(), else by the optimizer's step().",
+            metavar="STEPS",
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="Stop recording after this many seconds.", metavar="SECONDS", show_default=False),
+    ] = None,
+    cpu_ops: Annotated[bool, typer.Option("--cpu-ops", help="Record every PyTorch operator.")] = False,
+    python_stacks: Annotated[
+        bool, typer.Option("--python-stacks", help="Record Python call stacks (slow; implies --cpu-ops).")
+    ] = False,
+    memory: Annotated[
+        bool, typer.Option("--memory", help="Record tensor allocations (implies --cpu-ops).")
+    ] = False,
+    record_shapes: Annotated[
+        bool, typer.Option("--record-shapes", help="Record operator input shapes (implies --cpu-ops).")
+    ] = False,
+    device: Annotated[
+        bool, typer.Option("--device/--no-device", help="Record GPU kernels, copies and their launches.")
+    ] = True,
+    sample_interval: Annotated[
+        float,
+        typer.Option(help="Seconds between CPU/GPU/memory samples; 0 turns them off.", metavar="SECONDS"),
+    ] = 0.5,
+    perf_counters: Annotated[
+        bool, typer.Option("--perf-counters/--no-perf-counters", help="Sample CPU performance counters.")
+    ] = True,
+    flush_steps: Annotated[
+        int, typer.Option(help="Write a file every N recorded steps (bounds memory).", metavar="N")
+    ] = 10,
+    home: Annotated[
+        Path | None,
+        typer.Option(help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.", metavar="DIR"),
+    ] = None,
+) -> None:
+    """Profile a training command, unmodified, on every rank it starts.
+
+    Examples:
+
+      hyperscope profile --job resnet -- python train.py --epochs 1
+
+      hyperscope profile --steps 10:40 --cpu-ops -- torchrun --nproc-per-node 2 train.py
+
+    The job appears in `hyperscope jobs` as soon as the first rank starts (InProgress), then
+    Completed, or Failed when the command fails; hyperscope exits with the command's exit code.
+    """
+    from hyperscope.cli.main import _fail, err, out
+
+    try:
+        config = ProfilerConfig(
+            job=job,
+            steps=_steps(steps),
+            duration_s=duration,
+            cpu_ops=cpu_ops,
+            python_stacks=python_stacks,
+            memory=memory,
+            record_shapes=record_shapes,
+            device=device,
+            sample_interval_s=sample_interval,
+            perf_counters=perf_counters,
+            flush_every_steps=flush_steps,
+            home=home,
+        )
+        result = run(command, config)
+    except HyperscopeError as exc:
+        _fail(str(exc).replace("ProfilerConfig.", "option "), 2 if isinstance(exc, UsageError) else 1)
+    if result.job is None or result.problem:
+        err.print(f"hyperscope: no profile was recorded: {result.problem}")
+        raise typer.Exit(result.returncode or 1)
+    j = result.job
+    ref = next((p for p in j.profiles if p.id == result.profile_id), None)
+    events = ref.events if ref else 0
+    err.print(
+        f"hyperscope: job {j.name} is {j.status.value}: {events:,} events from {ref.ranks if ref else 0} "
+        f"rank(s). Next: hyperscope show {j.name}"
+    )
+    if j.message:
+        err.print(f"hyperscope: {j.message}")
+    if result.returncode:
+        raise typer.Exit(result.returncode)
+    _ = out
+
+
+def _steps(text: str | None) -> range | list[int] | None:
+    if text is None:
+        return None
+    try:
+        return parse_steps(text)
+    except ValueError as exc:
+        raise UsageError(f"--steps {text!r}: expected {exc}") from None
