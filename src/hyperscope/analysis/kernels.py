@@ -42,7 +42,7 @@ PRECISION_RULES: Final[tuple[PrecisionRule, ...]] = (
     PrecisionRule("FP8", r"fp8|e4m3|e5m2|f8f8|__nv_fp8", "FP8 GEMMs (Hopper/Blackwell, Transformer Engine)"),
     PrecisionRule(
         "INT8",
-        r"int8|imma|i8i8|s8s8|\bchar\b|<signed char|<unsigned char",
+        r"int8|i8i8|s8s8|_imma|<signed char|<unsigned char",
         "integer tensor-core or byte kernels",
     ),
     PrecisionRule("BF16", r"bf16|bfloat16", "cuBLAS/CUTLASS bf16 names, c10::BFloat16 templates"),

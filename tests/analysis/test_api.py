@@ -1,0 +1,41 @@
+"""The public surface of hyperscope.analysis is what __all__ lists, and all of it exists."""
+
+from __future__ import annotations
+
+import hyperscope.analysis as analysis
+
+
+def test_all_is_complete_and_sorted() -> None:
+    assert len(set(analysis.__all__)) == len(analysis.__all__)
+    for name in analysis.__all__:
+        assert hasattr(analysis, name), name
+    public = {n for n in vars(analysis) if not n.startswith("_")}
+    submodules = {
+        "annotations",
+        "breakdown",
+        "cpu",
+        "dashboard",
+        "gpu",
+        "groundtruth",
+        "idle",
+        "intervals",
+        "kernels",
+        "latency",
+        "ranks",
+        "steps",
+    }
+    assert public - set(analysis.__all__) <= submodules
+
+
+def test_tables_serialize_to_plain_json() -> None:
+    import json
+
+    from hyperscope.analysis import HistogramBin, Table
+
+    table = Table("h", HistogramBin, (HistogramBin(0, 10, 3),), ("note",))
+    assert json.loads(json.dumps(table.to_dict())) == {
+        "title": "h",
+        "columns": ["lo_ns", "hi_ns", "count"],
+        "rows": [{"lo_ns": 0, "hi_ns": 10, "count": 3}],
+        "notes": ["note"],
+    }
