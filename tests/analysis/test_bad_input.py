@@ -94,7 +94,7 @@ def test_errors_name_the_bad_value(ground_truth: Make, tmp_path: Path) -> None:
         kernel_summary(profile, top_k=0)
     with pytest.raises(UsageError, match="bins 0"):
         step_time_histogram(profile, bins=0)
-    with pytest.raises(UsageError, match="annotation 'nope'.*forward"):
+    with pytest.raises(UsageError, match=r"annotation 'nope'.*forward"):
         annotation_stats(profile, name="nope")
     with pytest.raises(UsageError, match="annotation 'nope'"):
         annotation_histogram(profile, "nope")
