@@ -26,11 +26,11 @@ CASES = [
     ("volta_sgemm_128x32_nt", "FP32"),
     ("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", "FP32"),
     (
-        "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>",
+        "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, func_wrapper_t<float>>>",
         "FP32",
     ),
     (
-        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, at::detail::Array<char*, 1> >",
+        "void at::native::vectorized_elementwise_kernel<4, FillFunctor<int>, at::detail::Array<char*, 1> >",
         "INT32",
     ),
     ("void linearize_index_kernel<long>(at::GenericPackedTensorAccessor<long, 1ul>)", "INT32"),
