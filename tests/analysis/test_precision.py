@@ -15,7 +15,7 @@ CASES = [
     ("volta_int8_i8816gemm_int8_256x128_ldg16_nn", "INT8"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "BF16"),
     (
-        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16>",
+        "void at::native::vectorized_elementwise_kernel<4, BinaryFunctor<c10::BFloat16, c10::BFloat16>>",
         "BF16",
     ),
     ("void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>", "BF16"),
