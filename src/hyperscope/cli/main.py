@@ -27,6 +27,7 @@ from rich.text import Text
 
 from hyperscope import __version__
 from hyperscope.cli.profile import profile as profile_command
+from hyperscope.cli.report import report as report_command
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.catalog import Job, JobStatus
 from hyperscope.store.store import Store
@@ -302,6 +303,7 @@ def demo(
 
 
 app.command("profile")(profile_command)
+app.command("report")(report_command)
 
 
 def _print_summary(summary: Summary) -> None:

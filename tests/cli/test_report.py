@@ -1,0 +1,70 @@
+"""`hyperscope report`, end to end as a user runs it: tables, JSON, scopes and bad values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import run
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("report") / "home"
+    run(home, "demo", "--ranks", "2", "--steps", "4")
+    return home
+
+
+def test_report_prints_the_dashboard(home: Path) -> None:
+    text = run(home, "report", "demo").stdout
+    for title in (
+        "GPU time",
+        "GPU idle time by cause",
+        "Step time",
+        "Top 15 GPU kernels by time",
+        "Ranks compared",
+    ):
+        assert title in text
+    assert "ncclKernel_AllReduce" in text
+
+
+def test_report_json_scoped_to_a_rank_and_steps(home: Path) -> None:
+    whole = json.loads(run(home, "report", "demo", "--json").stdout)
+    part = json.loads(run(home, "report", "demo", "--json", "--rank", "1", "--steps", "1:2").stdout)
+    assert part["ranks"] == [1] and part["steps"] == [1, 2]
+    assert [r["group"] for r in part["tables"]["gpu_time"]["rows"]] == ["1"]
+    assert part["tables"]["steps_job"]["rows"][0]["steps"] == 2
+    busy = {r["group"]: r["busy_ns"] for r in whole["tables"]["gpu_time"]["rows"]}
+    assert 0 < part["tables"]["gpu_time"]["rows"][0]["busy_ns"] < busy["1"]
+
+
+def test_report_hta_tables(home: Path) -> None:
+    tables = json.loads(run(home, "report", "demo", "--json", "--hta").stdout)["tables"]
+    assert {r["rank"] for r in tables["hta_temporal"]["rows"]} == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--steps", "seven"], 2, "--steps 'seven'"),
+        (["--steps", "5:2"], 2, "--steps '5:2'"),
+        (["--rank", "9"], 2, "rank 9: not in this profile"),
+        (["--top", "0"], 2, "--top 0"),
+        (["--hta", "--rank", "0"], 2, "--hta covers the whole profile"),
+    ],
+)
+def test_report_bad_values_name_the_field(home: Path, args: list[str], code: int, message: str) -> None:
+    proc = run(home, "report", "demo", *args, ok=False)
+    assert proc.returncode == code and message in proc.stderr, proc.stderr
+
+
+def test_report_unknown_job(home: Path) -> None:
+    proc = run(home, "report", "nope", ok=False)
+    assert proc.returncode == 1 and "no job named" in proc.stderr
+
+
+def test_report_help(home: Path) -> None:
+    text = run(home, "report", "--help").stdout
+    assert "--steps" in text and "--json" in text and "--home" in text
