@@ -333,3 +333,28 @@ def test_bad_settings_are_noted_not_raised() -> None:
     s.stop()  # returns at once: stop wakes the thread
     assert any("'no-such-event' unknown" in n for n in s.notes)
     assert s.rows_written > 0
+
+
+def test_stop_returns_while_the_sink_hangs() -> None:
+    entered, release = threading.Event(), threading.Event()
+    late: list[int] = []
+
+    def hung_disk(table: pa.Table) -> None:
+        if entered.is_set():
+            late.append(table.num_rows)
+        entered.set()
+        release.wait(LIVENESS_S)
+
+    s = sampler(hung_disk, flush_rows=5)
+    s.start()
+    wait_for(entered.is_set, "the first write")
+    done = threading.Event()
+    threading.Thread(target=lambda: (s.stop(), done.set()), daemon=True).start()
+    assert done.wait(LIVENESS_S), "stop() hung behind the sink"
+    release.set()
+    assert s._thread is not None
+    s._thread.join(LIVENESS_S)
+    assert not s._thread.is_alive() and late == []  # nothing reaches the sink after stop()
+    assert "system sampler thread did not stop in time; last sample skipped" in s.notes
+    s.start()  # no second life after stop()
+    assert s._thread is not None and not s._thread.is_alive()

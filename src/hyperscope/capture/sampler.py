@@ -277,9 +277,12 @@ class SystemSampler:
         if self._lock.acquire(timeout=1.0):  # a sink stuck on a hung disk must not hang stop()
             try:
                 self._flush_locked()
-                self._sink_ok = False  # the writer may close after stop(): no late batches
             finally:
+                self._sink_ok = False  # the writer may close after stop(): no late batches
                 self._lock.release()
+        else:
+            self._sink_ok = False
+            self._note("system samples: the sink did not return; last batch dropped", logging.WARNING)
 
     # -- internals ---------------------------------------------------------------------------------
 
