@@ -289,7 +289,7 @@ def device_ops_sql(windows: Sequence[Window], kinds: Sequence[str] = DEVICE_WORK
         windows,
         f"e.kind IN {in_list(kinds)}",
         "e.rank, e.node, coalesce(e.device, e.pid, -1) AS device, e.stream, e.kind, e.name, e.ts_ns, "
-        "e.dur_ns, e.correlation, e.bytes, e.memcpy_kind, e.args",
+        "e.dur_ns, e.correlation, e.bytes, e.memcpy_kind",
     )
 
 
@@ -306,3 +306,75 @@ def scope_notes(windows: Sequence[Window], scope: Scope, con: duckdb.DuckDBPyCon
                 f"{scope.steps[0]}:{scope.steps[1]}"
             )
     return notes
+
+
+class Prepared:
+    """A connection with a scope resolved once: windows, notes, and the scoped relations every
+    analysis reads (device ops, host work, launches), optionally materialized as temp tables.
+
+    Analyses accept one in place of a source, so a dashboard resolves the scope and reads the
+    Parquet files once for all its tables instead of once per table. ``cache`` keeps results that
+    several tables share (the GPU sweep); it lives and dies with this object.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, scope: Scope, *, materialize: bool = False) -> None:
+        check_ranks(con, scope)
+        self.con = con
+        self.scope = scope
+        self.windows = rank_windows(con, scope)
+        self.notes = tuple(scope_notes(self.windows, scope, con))
+        self.explicit = scope.steps is not None or scope.start_ns is not None or scope.end_ns is not None
+        self.cache: dict[str, Any] = {}
+        self._tables: list[str] = []
+        dev = device_ops_sql(self.windows)
+        host = scoped_events_sql(self.windows, f"e.kind IN {in_list(HOST_WORK_KINDS)}", "e.rank, e.tid")
+        launches = scoped_events_sql(
+            self.windows,
+            "e.kind IN ('runtime', 'driver') AND e.correlation IS NOT NULL",
+            "e.rank, e.correlation, e.name AS launch, e.ts_ns AS launch_ts",
+        )
+        self.devn = (
+            f"(SELECT rank, device, kind, {BIT_SQL} AS bit, correlation, ts_ns, s, t_end FROM ({dev}))"
+        )
+        self.host = f"(SELECT rank, coalesce(tid, -1) AS tid, s, t_end FROM ({host}))"
+        self.launches = f"({launches})"
+        self.materialized = materialize
+        if materialize:
+            self.devn = self._materialize("devn", self.devn)
+            self.host = self._materialize("host", self.host)
+            self.launches = self._materialize("launches", self.launches)
+
+    def _materialize(self, name: str, sql: str) -> str:
+        table = f"_hs_{name}_{id(self):x}"
+        self.con.execute(f"CREATE TEMP TABLE {table} AS {sql}")
+        self._tables.append(table)
+        return table
+
+    def shared(self, name: str, sql: str) -> str:
+        """A relation several analyses read: a temp table when materializing, else inline SQL."""
+        if name not in self.cache:
+            self.cache[name] = self._materialize(name, sql) if self.materialized else f"({sql})"
+        return str(self.cache[name])
+
+    def dev(self, kinds: Sequence[str] = DEVICE_WORK_KINDS) -> str:
+        """Scoped device ops of ``kinds`` with every column (names, bytes), read from the store."""
+        return f"({device_ops_sql(self.windows, kinds)})"
+
+    def close(self) -> None:
+        for table in self._tables:
+            self.con.execute(f"DROP TABLE IF EXISTS {table}")
+        self._tables.clear()
+
+
+@contextmanager
+def prepared(source: Source | Prepared, scope: Scope) -> Iterator[Prepared]:
+    """The caller's Prepared as it is (its scope wins), else a fresh one on ``source``."""
+    if isinstance(source, Prepared):
+        yield source
+        return
+    with connection(source) as con:
+        ctx = Prepared(con, scope)
+        try:
+            yield ctx
+        finally:
+            ctx.close()

@@ -8,14 +8,12 @@ from dataclasses import dataclass
 
 from hyperscope.analysis._common import (
     ALL,
+    Prepared,
     Scope,
     Source,
     Table,
-    check_ranks,
-    connection,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
     scoped_events_sql,
 )
 from hyperscope.analysis.steps import HistogramBin, histogram
@@ -36,12 +34,11 @@ class AnnotationRow:
 
 
 def annotation_stats(
-    source: Source, scope: Scope = ALL, *, name: str | None = None, top_k: int = 20
+    source: Source | Prepared, scope: Scope = ALL, *, name: str | None = None, top_k: int = 20
 ) -> Table[AnnotationRow]:
     """Duration statistics per annotation name (``name``: only that one), longest total first."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         where = "e.kind = 'annotation'" + (" AND e.name = $name" if name is not None else "")
         sql = scoped_events_sql(windows, where, "e.name, e.dur_ns")
         found = con.execute(
@@ -50,7 +47,7 @@ def annotation_stats(
                 FROM ({sql}) GROUP BY name ORDER BY sum(dur_ns) DESC, name LIMIT {int(top_k)}""",
             {"name": name} if name is not None else {},
         ).fetchall()
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
         if name is not None and not found:
             known = [
                 str(n)
@@ -80,17 +77,16 @@ def annotation_stats(
 
 
 def annotation_histogram(
-    source: Source, name: str, scope: Scope = ALL, bins: int = 20
+    source: Source | Prepared, name: str, scope: Scope = ALL, bins: int = 20
 ) -> Table[HistogramBin]:
     """Equal-width histogram of one annotation's durations."""
     if bins < 1:
         raise UsageError(f"bins {bins}: expected a positive number of histogram bins")
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         sql = scoped_events_sql(windows, "e.kind = 'annotation' AND e.name = $name", "e.dur_ns")
         durs = [int(d) for (d,) in con.execute(f"SELECT dur_ns FROM ({sql})", {"name": name}).fetchall()]
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     if not durs:
         raise UsageError(f"annotation {name!r}: none in scope")
     return Table(f"Duration histogram of {name}", HistogramBin, histogram(durs, bins), tuple(notes))

@@ -9,26 +9,18 @@ and sets; a ``cuda_sync`` row is the GPU waiting, so it is idle time here (HTA c
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-import duckdb
 
 from hyperscope.analysis._common import (
     ALL,
-    BIT_SQL,
     TYPE_BITS,
     Level,
+    Prepared,
     Scope,
     Source,
     Table,
-    Window,
-    check_ranks,
-    connection,
-    device_ops_sql,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
 )
 from hyperscope.analysis.intervals import sweep_sql
 
@@ -80,25 +72,31 @@ class _GpuSweep:
     states: dict[int, int]  # state bitmask → ns (0 = idle)
 
 
-def sweep_gpus(con: duckdb.DuckDBPyConnection, windows: Sequence[Window], explicit: bool) -> list[_GpuSweep]:
-    """Per (rank, GPU): time in each state. ``explicit``: span = scope window, else op extent."""
-    ops = f"(SELECT rank, device, s, t_end, {BIT_SQL} AS bit FROM ({device_ops_sql(windows)}))"
+def sweep_gpus(ctx: Prepared) -> list[_GpuSweep]:
+    """Per (rank, GPU): time in each state; span = scope window if explicit, else op extent.
+
+    Computed once per Prepared: gpu_time, kernel_type_segments and rank_comparison share it.
+    """
+    cached = ctx.cache.get("gpu_sweep")
+    if cached is not None:
+        return list(cached)
+    ops = f"(SELECT rank, device, s, t_end, bit FROM {ctx.devn} WHERE kind <> 'sync')"
     found = rows(
-        con,
-        f"SELECT rank, device, state, sum(dur)::BIGINT FROM "
-        f"({sweep_sql(ops, ['rank', 'device'], [1, 2, 4])}) "
-        "GROUP BY ALL ORDER BY ALL",
+        ctx.con,
+        f"SELECT rank, device, state, sum(dur)::BIGINT "
+        f"FROM ({sweep_sql(ops, ['rank', 'device'], [1, 2, 4])}) GROUP BY ALL ORDER BY ALL",
     )
     by_gpu: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
     for rank, device, state, dur in found:
         by_gpu[(int(rank), int(device))][int(state)] = int(dur)
-    win = {w.rank: w for w in windows}
+    win = {w.rank: w for w in ctx.windows}
     out = []
     for (rank, device), states in sorted(by_gpu.items()):
         extent = sum(states.values())
-        span = win[rank].hi_ns - win[rank].lo_ns if explicit else extent
+        span = win[rank].hi_ns - win[rank].lo_ns if ctx.explicit else extent
         states[0] = states.get(0, 0) + (span - extent)
         out.append(_GpuSweep(rank, win[rank].node, device, span, states))
+    ctx.cache["gpu_sweep"] = tuple(out)
     return out
 
 
@@ -108,17 +106,12 @@ def _group(sw: _GpuSweep, level: Level) -> str:
     return (sw.node or "?") if level is Level.NODE else "job"
 
 
-def _explicit(scope: Scope) -> bool:
-    return scope.steps is not None or scope.start_ns is not None or scope.end_ns is not None
-
-
-def gpu_time(source: Source, scope: Scope = ALL, level: Level = Level.RANK) -> Table[GpuTimeRow]:
+def gpu_time(source: Source | Prepared, scope: Scope = ALL, level: Level = Level.RANK) -> Table[GpuTimeRow]:
     """GPU active vs idle and the temporal breakdown, per GPU (rank level), node or job."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
-        sweeps = sweep_gpus(con, windows, _explicit(scope))
-        notes = scope_notes(windows, scope, con)
+    with prepared(source, scope) as ctx:
+        sweeps = sweep_gpus(ctx)
+        notes = list(ctx.notes)
+        windows = ctx.windows
     without = sorted({w.rank for w in windows} - {s.rank for s in sweeps})
     if without:
         notes.append(f"ranks {', '.join(map(str, without))} have no GPU events in scope")
@@ -161,14 +154,12 @@ def gpu_time(source: Source, scope: Scope = ALL, level: Level = Level.RANK) -> T
 
 
 def kernel_type_segments(
-    source: Source, scope: Scope = ALL, level: Level = Level.JOB
+    source: Source | Prepared, scope: Scope = ALL, level: Level = Level.JOB
 ) -> Table[TypeSegmentRow]:
     """Busy time split by which kernel types run together (HTA's ``kernel_type_df``, in ns)."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
-        sweeps = sweep_gpus(con, windows, _explicit(scope))
-        notes = scope_notes(windows, scope, con)
+    with prepared(source, scope) as ctx:
+        sweeps = sweep_gpus(ctx)
+        notes = ctx.notes
     acc: dict[tuple[str, int], int] = defaultdict(int)
     busy: dict[str, int] = defaultdict(int)
     for sw in sweeps:

@@ -13,18 +13,13 @@ from dataclasses import dataclass
 
 from hyperscope.analysis._common import (
     ALL,
-    HOST_WORK_KINDS,
     Level,
+    Prepared,
     Scope,
     Source,
     Table,
-    check_ranks,
-    connection,
-    in_list,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
-    scoped_events_sql,
 )
 from hyperscope.analysis.gpu import _bucket_ns
 from hyperscope.analysis.intervals import merge_sql
@@ -50,22 +45,19 @@ class CpuUtilizationRow:
     source: str  # samples metric name, or "event coverage"
 
 
-def _threads(host: str, keys: str) -> str:
-    return f"(SELECT {keys.replace('tid', 'coalesce(tid, -1) AS tid')}, s, t_end FROM ({host}))"
+def _merged(ctx: Prepared) -> str:
+    """Each thread's busy intervals, merged once for cpu_time and cpu_utilization."""
+    return ctx.shared(
+        "host_merged", merge_sql(f"(SELECT rank, tid, s, t_end FROM {ctx.host})", ["rank", "tid"])
+    )
 
 
-def cpu_time(source: Source, scope: Scope = ALL, level: Level = Level.RANK) -> Table[CpuTimeRow]:
+def cpu_time(source: Source | Prepared, scope: Scope = ALL, level: Level = Level.RANK) -> Table[CpuTimeRow]:
     """Active vs idle time of each profiled host thread (rank level) or summed over a node / the job."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
-        host = scoped_events_sql(windows, f"e.kind IN {in_list(HOST_WORK_KINDS)}", "e.rank, e.node, e.tid")
-        found = rows(
-            con,
-            f"""WITH m AS ({merge_sql(_threads(host, "rank, tid"), ["rank", "tid"])})
-                SELECT rank, tid, sum(t_end - s) FROM m GROUP BY ALL ORDER BY ALL""",
-        )
-        notes = scope_notes(windows, scope, con)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
+        found = rows(con, f"SELECT rank, tid, sum(t_end - s) FROM {_merged(ctx)} GROUP BY ALL ORDER BY ALL")
+        notes = list(ctx.notes)
     win = {w.rank: w for w in windows}
     groups: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for rank, tid, active in found:
@@ -98,13 +90,12 @@ def cpu_time(source: Source, scope: Scope = ALL, level: Level = Level.RANK) -> T
 
 
 def cpu_utilization(
-    source: Source, scope: Scope = ALL, *, buckets: int = 100, bucket_ns: int | None = None
+    source: Source | Prepared, scope: Scope = ALL, *, buckets: int = 100, bucket_ns: int | None = None
 ) -> Table[CpuUtilizationRow]:
     """Host CPU utilization over time from samples; else the profiled threads' event coverage."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
-        notes = scope_notes(windows, scope, con)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
+        notes = list(ctx.notes)
         if not windows:
             return Table("CPU utilization over time", CpuUtilizationRow, (), (*notes, "no events in scope"))
         lo, hi = min(w.lo_ns for w in windows), max(w.hi_ns for w in windows)
@@ -124,27 +115,24 @@ def cpu_utilization(
                     CpuUtilizationRow(str(n), -1, int(b), float(v), metric) for n, b, v in sampled
                 )
                 return Table("CPU utilization over time", CpuUtilizationRow, found_rows, tuple(notes))
-        host = scoped_events_sql(windows, f"e.kind IN {in_list(HOST_WORK_KINDS)}", "e.rank, e.node, e.tid")
         derived = rows(
             con,
-            f"""WITH m AS ({merge_sql(_threads(host, "rank, node, tid"), ["rank", "node", "tid"])}),
-                split AS (SELECT rank, node, s, t_end,
+            f"""WITH m AS (SELECT * FROM {_merged(ctx)}),
+                split AS (SELECT rank, s, t_end,
                                  unnest(range((s - {lo}) // {width}, (t_end - 1 - {lo}) // {width}
                                      + 1)) AS bi FROM m)
-                SELECT rank, node, {lo} + bi * {width},
+                SELECT rank, {lo} + bi * {width},
                        sum(least(t_end, {lo} + (bi + 1) * {width}) - greatest(s, {lo} + bi * {width}))
                 FROM split GROUP BY ALL ORDER BY ALL""",
         )
     win = {w.rank: w for w in windows}
     out: list[CpuUtilizationRow] = []
-    for rank, node, b, busy in derived:
+    for rank, b, busy in derived:
         w = win[int(rank)]
         inside = min(int(b) + width, w.hi_ns) - max(int(b), w.lo_ns)
         # 100 = one thread busy all the time, as process CPU % (several threads can exceed 100).
         out.append(
-            CpuUtilizationRow(
-                str(node or ""), int(rank), int(b), round(100 * int(busy) / inside, 3), "event coverage"
-            )
+            CpuUtilizationRow(w.node, int(rank), int(b), round(100 * int(busy) / inside, 3), "event coverage")
         )
     notes.append(
         "no cpu_util_pct samples in this profile (imported traces have none): showing the profiled "

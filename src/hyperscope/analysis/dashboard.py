@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, connection
+from hyperscope.analysis._common import ALL, Level, Prepared, Scope, Source, Table, connection
 from hyperscope.analysis.annotations import annotation_stats
 from hyperscope.analysis.breakdown import gpu_time, kernel_type_segments
 from hyperscope.analysis.cpu import cpu_time, cpu_utilization
@@ -23,27 +23,36 @@ def dashboard(
 ) -> dict[str, Table[Any]]:
     """All analyses for ``scope``, keyed by a stable name (the JSON keys of ``report --json``)."""
     with connection(source) as con:
-        steps = step_times(con, scope)
-        return {
-            "gpu_time": gpu_time(con, scope, Level.RANK),
-            "gpu_time_job": gpu_time(con, scope, Level.JOB),
-            "kernel_types": kernel_type_segments(con, scope, Level.JOB),
-            "idle": idle_breakdown(con, scope, Level.RANK),
-            "kernels": kernel_summary(con, scope, top_k),
-            "precision": kernel_precision(con, scope),
-            "gpu_activity": gpu_activity(con, scope),
-            "memory_ops": memory_operations(con, scope),
-            "launch_latency": launch_latency(con, scope, Level.RANK),
-            "latency_outliers": latency_outliers(con, scope, 5),
-            "steps": step_time_stats(steps, level=Level.RANK),
-            "steps_job": step_time_stats(steps, level=Level.JOB),
-            "step_histogram": step_time_histogram(steps, bins=10),
-            "annotations": annotation_stats(con, scope, top_k=top_k),
-            "cpu_time": cpu_time(con, scope, Level.RANK),
-            "gpu_utilization": gpu_utilization(con, scope, buckets=buckets),
-            "cpu_utilization": cpu_utilization(con, scope, buckets=buckets),
-            "ranks": rank_comparison(con, scope),
-        }
+        ctx = Prepared(con, scope, materialize=True)
+        try:
+            return _tables(ctx, top_k, buckets)
+        finally:
+            ctx.close()
+
+
+def _tables(con: Prepared, top_k: int, buckets: int) -> dict[str, Table[Any]]:
+    scope = con.scope
+    steps = step_times(con, scope)
+    return {
+        "gpu_time": gpu_time(con, scope, Level.RANK),
+        "gpu_time_job": gpu_time(con, scope, Level.JOB),
+        "kernel_types": kernel_type_segments(con, scope, Level.JOB),
+        "idle": idle_breakdown(con, scope, Level.RANK),
+        "kernels": kernel_summary(con, scope, top_k),
+        "precision": kernel_precision(con, scope),
+        "gpu_activity": gpu_activity(con, scope),
+        "memory_ops": memory_operations(con, scope),
+        "launch_latency": launch_latency(con, scope, Level.RANK),
+        "latency_outliers": latency_outliers(con, scope, 5),
+        "steps": step_time_stats(steps, level=Level.RANK),
+        "steps_job": step_time_stats(steps, level=Level.JOB),
+        "step_histogram": step_time_histogram(steps, bins=10),
+        "annotations": annotation_stats(con, scope, top_k=top_k),
+        "cpu_time": cpu_time(con, scope, Level.RANK),
+        "gpu_utilization": gpu_utilization(con, scope, buckets=buckets),
+        "cpu_utilization": cpu_utilization(con, scope, buckets=buckets),
+        "ranks": rank_comparison(con, scope),
+    }
 
 
 def to_json(tables: dict[str, Table[Any]]) -> dict[str, Any]:

@@ -13,15 +13,13 @@ from dataclasses import dataclass
 
 from hyperscope.analysis._common import (
     ALL,
+    Prepared,
     Scope,
     Source,
     Table,
-    check_ranks,
-    connection,
     device_ops_sql,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
 )
 from hyperscope.analysis.intervals import merge_sql
 from hyperscope.errors import UsageError
@@ -65,13 +63,12 @@ def _bucket_ns(windows_span_ns: int, buckets: int, bucket_ns: int | None) -> int
 
 
 def gpu_utilization(
-    source: Source, scope: Scope = ALL, *, buckets: int = 100, bucket_ns: int | None = None
+    source: Source | Prepared, scope: Scope = ALL, *, buckets: int = 100, bucket_ns: int | None = None
 ) -> Table[UtilizationRow]:
     """GPU utilization per GPU over time, in ``buckets`` equal buckets (or of ``bucket_ns`` each)."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
-        notes = scope_notes(windows, scope, con)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
+        notes = list(ctx.notes)
         if not windows:
             return Table("GPU utilization over time", UtilizationRow, (), (*notes, "no events in scope"))
         lo, hi = min(w.lo_ns for w in windows), max(w.hi_ns for w in windows)
@@ -91,7 +88,7 @@ def gpu_utilization(
             )
             return Table("GPU utilization over time", UtilizationRow, found_rows, tuple(notes))
         merged = merge_sql(
-            f"(SELECT rank, node, device, s, t_end FROM ({device_ops_sql(windows)}))",
+            f"(SELECT rank, '' AS node, device, s, t_end FROM {ctx.devn} WHERE kind <> 'sync')",
             ["rank", "node", "device"],
         )
         derived = rows(
@@ -107,13 +104,13 @@ def gpu_utilization(
         )
     win = {w.rank: w for w in windows}
     out: list[UtilizationRow] = []
-    for rank, node, device, b, busy in derived:
+    for rank, _node, device, b, busy in derived:
         # A bucket that the rank's window cuts short is measured against the part inside it.
         w = win[int(rank)]
         inside = min(int(b) + width, w.hi_ns) - max(int(b), w.lo_ns)
         out.append(
             UtilizationRow(
-                str(node or ""),
+                w.node,
                 int(rank),
                 int(device),
                 int(b),
@@ -125,17 +122,16 @@ def gpu_utilization(
     return Table("GPU utilization over time", UtilizationRow, tuple(out), tuple(notes))
 
 
-def gpu_activity(source: Source, scope: Scope = ALL) -> Table[ActivityRow]:
+def gpu_activity(source: Source | Prepared, scope: Scope = ALL) -> Table[ActivityRow]:
     """How device time splits between kernels, memcpy, memset and sync (sum of durations)."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         found = rows(
             con,
             f"""SELECT kind, count(*), sum(t_end - s), sum(t_end - s) / sum(sum(t_end - s)) OVER ()
                 FROM ({device_ops_sql(windows, ("kernel", "memcpy", "memset", "sync"))}) GROUP BY kind""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     by = {str(k): (int(c), int(t), float(p or 0)) for k, c, t, p in found}
     out = tuple(
         ActivityRow(k, by[k][0], by[k][1], round(100 * by[k][2], 3))
@@ -146,11 +142,10 @@ def gpu_activity(source: Source, scope: Scope = ALL) -> Table[ActivityRow]:
     return Table("GPU activity", ActivityRow, out, tuple(notes))
 
 
-def memory_operations(source: Source, scope: Scope = ALL) -> Table[MemoryOpRow]:
+def memory_operations(source: Source | Prepared, scope: Scope = ALL) -> Table[MemoryOpRow]:
     """Copies by direction and sets: count, time, bytes and achieved bandwidth."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         found = rows(
             con,
             f"""SELECT CASE WHEN kind = 'memset' THEN 'memset' ELSE coalesce(memcpy_kind, 'unknown') END AS k,
@@ -158,7 +153,7 @@ def memory_operations(source: Source, scope: Scope = ALL) -> Table[MemoryOpRow]:
                 FROM ({device_ops_sql(windows, ("memcpy", "memset"))}) GROUP BY k ORDER BY
                     sum(dur_ns) DESC""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     out = tuple(
         MemoryOpRow(str(k), int(c), int(t), int(b or 0), round(int(b) / int(bt), 3) if b and bt else None)
         for k, c, t, b, bt in found

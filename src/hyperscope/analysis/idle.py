@@ -17,17 +17,13 @@ from dataclasses import dataclass
 from hyperscope.analysis._common import (
     ALL,
     Level,
+    Prepared,
     Scope,
     Source,
     Table,
-    check_ranks,
-    connection,
-    device_ops_sql,
-    in_list,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
-    scoped_events_sql,
+    windows_sql,
 )
 from hyperscope.errors import UsageError
 
@@ -44,35 +40,30 @@ class IdleRow:
 
 
 def idle_breakdown(
-    source: Source, scope: Scope = ALL, level: Level = Level.RANK, *, short_gap_ns: int = 30_000
+    source: Source | Prepared, scope: Scope = ALL, level: Level = Level.RANK, *, short_gap_ns: int = 30_000
 ) -> Table[IdleRow]:
     """GPU idle time between operations by cause, per rank, node or job."""
     if short_gap_ns < 0:
         raise UsageError(f"short_gap_ns {short_gap_ns}: expected a non-negative duration in ns")
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
-        launches = scoped_events_sql(
-            windows,
-            f"e.kind IN {in_list(('runtime', 'driver'))} AND e.correlation IS NOT NULL",
-            "e.rank, e.correlation, e.ts_ns AS launch_ts",
-        )
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         found = rows(
             con,
-            f"""WITH d AS (SELECT rank, node, device, correlation, s, t_end FROM ({device_ops_sql(windows)})),
+            f"""WITH d AS (SELECT rank, device, correlation, s, t_end FROM {ctx.devn} WHERE kind <> 'sync'),
                 o AS (SELECT *, max(t_end) OVER (PARTITION BY rank, device ORDER BY s, t_end
                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM d),
-                g AS (SELECT o.rank, o.node, o.s - o.prev_end AS gap, o.prev_end,
-                             (SELECT min(l.launch_ts) FROM ({launches}) l
-                              WHERE l.rank = o.rank AND l.correlation = o.correlation) AS launch_ts
-                      FROM o WHERE o.s > o.prev_end)
+                l AS (SELECT rank, correlation, min(launch_ts) AS launch_ts FROM {ctx.launches} GROUP BY ALL),
+                g AS (SELECT o.rank, w.node, o.s - o.prev_end AS gap, o.prev_end, l.launch_ts
+                      FROM o JOIN {windows_sql(windows)} w ON o.rank = w.rank
+                      LEFT JOIN l ON l.rank = o.rank AND l.correlation = o.correlation
+                      WHERE o.s > o.prev_end)
                 SELECT {level.key_sql()} AS grp,
                        CASE WHEN launch_ts > prev_end THEN 'host wait'
                             WHEN gap < {int(short_gap_ns)} THEN 'launch gap' ELSE 'other' END AS cause,
                        count(*), sum(gap)
                 FROM g GROUP BY ALL ORDER BY ALL""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     totals: dict[str, int] = defaultdict(int)
     for g, _, _, t in found:
         totals[str(g)] += int(t)

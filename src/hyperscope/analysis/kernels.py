@@ -15,15 +15,13 @@ from typing import Final
 from hyperscope.analysis._common import (
     ALL,
     TYPE_SQL,
+    Prepared,
     Scope,
     Source,
     Table,
-    check_ranks,
-    connection,
     device_ops_sql,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
 )
 from hyperscope.errors import UsageError
 
@@ -89,16 +87,15 @@ class PrecisionRow:
     pct_of_kernel_time: float
 
 
-def kernel_summary(source: Source, scope: Scope = ALL, top_k: int = 15) -> Table[KernelRow]:
+def kernel_summary(source: Source | Prepared, scope: Scope = ALL, top_k: int = 15) -> Table[KernelRow]:
     """Top ``top_k`` kernels by total time, then one row "(all kernels)" with the totals.
 
     A kernel belongs to the scope when it overlaps the window; its full duration counts.
     """
     if top_k < 1:
         raise UsageError(f"top_k {top_k}: expected a positive number of kernels")
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         found = rows(
             con,
             f"""WITH k AS (SELECT name, {TYPE_SQL} AS ktype, dur_ns FROM
@@ -109,7 +106,7 @@ def kernel_summary(source: Source, scope: Scope = ALL, top_k: int = 15) -> Table
                        sum(count(*)) OVER ()
                 FROM k GROUP BY name ORDER BY sum(dur_ns) DESC, name LIMIT {int(top_k)}""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     out = [
         KernelRow(str(n), str(t), int(c), int(s), float(m), int(lo), int(hi), round(100 * float(p), 3))
         for n, t, c, s, m, lo, hi, p, *_ in found
@@ -127,11 +124,10 @@ def kernel_summary(source: Source, scope: Scope = ALL, top_k: int = 15) -> Table
     return Table(f"Top {top_k} GPU kernels by time", KernelRow, tuple(out), tuple(notes))
 
 
-def kernel_precision(source: Source, scope: Scope = ALL) -> Table[PrecisionRow]:
+def kernel_precision(source: Source | Prepared, scope: Scope = ALL) -> Table[PrecisionRow]:
     """Kernel time by numeric precision, classified by ``PRECISION_RULES``."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         found = rows(
             con,
             f"""WITH k AS (SELECT name, dur_ns FROM ({device_ops_sql(windows, ("kernel",))})),
@@ -140,7 +136,7 @@ def kernel_precision(source: Source, scope: Scope = ALL) -> Table[PrecisionRow]:
                 SELECT precision, count(*), sum(c), sum(t), sum(t) / sum(sum(t)) OVER () FROM p
                     GROUP BY precision""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     by = {str(r[0]): r for r in found}
     out = tuple(
         PrecisionRow(p, int(by[p][1]), int(by[p][2]), int(by[p][3]), round(100 * float(by[p][4]), 3))

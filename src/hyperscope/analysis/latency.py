@@ -14,18 +14,13 @@ from dataclasses import dataclass
 from hyperscope.analysis._common import (
     ALL,
     Level,
+    Prepared,
     Scope,
     Source,
     Table,
-    Window,
-    check_ranks,
-    connection,
-    device_ops_sql,
-    in_list,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
-    scoped_events_sql,
+    windows_sql,
 )
 from hyperscope.errors import UsageError
 
@@ -50,34 +45,30 @@ class LatencyOutlierRow:
     latency_ns: int
 
 
-def _pairs_sql(windows: list[Window]) -> str:
-    launches = scoped_events_sql(
-        windows,
-        f"e.kind IN {in_list(('runtime', 'driver'))} AND e.correlation IS NOT NULL",
-        "e.rank, e.node, e.correlation, e.name AS launch, e.ts_ns AS launch_ts",
-    )
-    return f"""SELECT l.rank, l.node, l.launch, d.name AS kernel, l.launch_ts, d.ts_ns -
-        l.launch_ts AS latency
-               FROM ({launches}) l JOIN ({device_ops_sql(windows)}) d
-               ON l.rank = d.rank AND l.correlation = d.correlation"""
+def _pairs_sql(ctx: Prepared) -> str:
+    """Launch → device op pairs (numbers only: statistics over millions of launches)."""
+    return f"""SELECT l.rank, w.node, l.launch_ts, d.ts_ns - l.launch_ts AS latency
+               FROM {ctx.launches} l JOIN {ctx.devn} d ON l.rank = d.rank AND l.correlation = d.correlation
+               JOIN {windows_sql(ctx.windows)} w ON l.rank = w.rank WHERE d.kind <> 'sync'"""
 
 
-def launch_latency(source: Source, scope: Scope = ALL, level: Level = Level.JOB) -> Table[LatencyStatsRow]:
+def launch_latency(
+    source: Source | Prepared, scope: Scope = ALL, level: Level = Level.JOB
+) -> Table[LatencyStatsRow]:
     """Distribution of launch-to-start latency per rank, node or for the job."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con = ctx.con
         key = level.key_sql()
         found = rows(
             con,
-            f"""WITH p AS ({_pairs_sql(windows)})
+            f"""WITH p AS ({_pairs_sql(ctx)})
                 SELECT {key} AS g, count(*) FILTER (WHERE latency >= 0), avg(latency) FILTER (WHERE
                     latency >= 0),
                        quantile_cont(latency, [0.5, 0.9, 0.99]) FILTER (WHERE latency >= 0),
                        max(latency), count(*) FILTER (WHERE latency < 0)
                 FROM p GROUP BY g ORDER BY g""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     out = []
     negative = 0
     for g, n, mean, qs, mx, neg in found:
@@ -95,18 +86,28 @@ def launch_latency(source: Source, scope: Scope = ALL, level: Level = Level.JOB)
     return Table("Launch-to-run latency", LatencyStatsRow, tuple(out), tuple(notes))
 
 
-def latency_outliers(source: Source, scope: Scope = ALL, top_k: int = 10) -> Table[LatencyOutlierRow]:
+def latency_outliers(
+    source: Source | Prepared, scope: Scope = ALL, top_k: int = 10
+) -> Table[LatencyOutlierRow]:
     """The ``top_k`` longest launch-to-start latencies."""
     if top_k < 1:
         raise UsageError(f"top_k {top_k}: expected a positive number of outliers")
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con = ctx.con
         found = rows(
             con,
-            f"""SELECT rank, launch, kernel, launch_ts, latency FROM ({_pairs_sql(windows)})
-                ORDER BY latency DESC, rank, launch_ts LIMIT {int(top_k)}""",
+            f"""WITH top AS (SELECT l.rank, l.correlation, l.launch, l.launch_ts,
+                                    d.ts_ns - l.launch_ts AS latency
+                             FROM {ctx.launches} l JOIN {ctx.devn} d
+                             ON l.rank = d.rank AND l.correlation = d.correlation WHERE d.kind <> 'sync'
+                             ORDER BY latency DESC, l.rank, l.launch_ts LIMIT {int(top_k)}),
+                    named AS (SELECT e.rank, e.correlation, any_value(e.name) AS kernel FROM events e
+                              SEMI JOIN top ON e.rank = top.rank AND e.correlation = top.correlation
+                              WHERE e.kind IN ('kernel', 'memcpy', 'memset') GROUP BY ALL)
+                SELECT top.rank, top.launch, coalesce(named.kernel, '?'), top.launch_ts, top.latency
+                FROM top LEFT JOIN named ON named.rank = top.rank AND named.correlation = top.correlation
+                ORDER BY top.latency DESC, top.rank, top.launch_ts""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     out = tuple(LatencyOutlierRow(int(r), str(a), str(k), int(t), int(v)) for r, a, k, t, v in found)
     return Table(f"Top {top_k} launch-to-run latencies", LatencyOutlierRow, out, tuple(notes))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, connection
+from hyperscope.analysis._common import ALL, Level, Prepared, Scope, Source, Table, prepared
 from hyperscope.analysis.breakdown import gpu_time
 from hyperscope.analysis.steps import step_time_stats, step_times
 from hyperscope.errors import UsageError
@@ -32,13 +32,15 @@ class RankRow:
     reason: str
 
 
-def rank_comparison(source: Source, scope: Scope = ALL, *, threshold: float = 0.25) -> Table[RankRow]:
+def rank_comparison(
+    source: Source | Prepared, scope: Scope = ALL, *, threshold: float = 0.25
+) -> Table[RankRow]:
     """One row per rank with its step time and GPU time split; stragglers flagged with a reason."""
     if not 0 < threshold < 10:
         raise UsageError(f"threshold {threshold}: expected a fraction such as 0.25")
-    with connection(source) as con:
-        gpu = gpu_time(con, scope, Level.RANK)
-        steps = step_times(con, scope)
+    with prepared(source, scope) as ctx:
+        gpu = gpu_time(ctx, scope, Level.RANK)
+        steps = step_times(ctx, scope)
     stats = {r.group: r for r in step_time_stats(steps, level=Level.RANK).rows}
     per_rank: dict[int, list[int]] = {}
     for g in gpu.rows:

@@ -21,15 +21,13 @@ from hyperscope.analysis._common import (
     ALL,
     STEP_NAME_SQL,
     Level,
+    Prepared,
     Scope,
     Source,
     Table,
-    check_ranks,
-    connection,
     percentile,
-    rank_windows,
+    prepared,
     rows,
-    scope_notes,
     windows_sql,
 )
 from hyperscope.errors import UsageError
@@ -70,11 +68,10 @@ class HistogramBin:
     count: int
 
 
-def step_times(source: Source, scope: Scope = ALL) -> Table[StepRow]:
+def step_times(source: Source | Prepared, scope: Scope = ALL) -> Table[StepRow]:
     """Every step mark in scope, flagged ``repeated`` / ``partial``."""
-    with connection(source) as con:
-        check_ranks(con, scope)
-        windows = rank_windows(con, scope)
+    with prepared(source, scope) as ctx:
+        con, windows = ctx.con, ctx.windows
         found = rows(
             con,
             f"""SELECT e.rank, w.node, TRY_CAST(regexp_extract(e.name, '{STEP_NAME_SQL}', 1) AS BIGINT) AS n,
@@ -83,7 +80,7 @@ def step_times(source: Source, scope: Scope = ALL) -> Table[StepRow]:
                 WHERE e.kind = 'step' AND e.ts_ns <= w.hi AND e.ts_ns + coalesce(e.dur_ns, 0) >= w.lo
                 ORDER BY e.rank, e.ts_ns""",
         )
-        notes = scope_notes(windows, scope, con)
+        notes = list(ctx.notes)
     unnumbered = sum(1 for r in found if r[2] is None)
     open_ended = sum(1 for r in found if r[2] is not None and r[4] is None)
     if unnumbered:
