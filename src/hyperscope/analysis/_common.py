@@ -356,6 +356,20 @@ class Prepared:
             self.cache[name] = self._materialize(name, sql) if self.materialized else f"({sql})"
         return str(self.cache[name])
 
+    def dev_prev(self) -> str:
+        """Device work with ``prev_end``, the furthest end of the GPU's earlier ops (by start).
+
+        Idle gaps (``s > prev_end``) and covered pieces (``t_end > greatest(s, prev_end)``) both
+        come from it, so the dashboard sorts each GPU's ops once for both.
+        """
+        return self.shared(
+            "dev_prev",
+            f"""SELECT rank, device, correlation, s, t_end,
+                       max(t_end) OVER (PARTITION BY rank, device ORDER BY s, t_end
+                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                FROM {self.devn} WHERE kind <> 'sync'""",
+        )
+
     def dev(self, kinds: Sequence[str] = DEVICE_WORK_KINDS) -> str:
         """Scoped device ops of ``kinds`` with every column (names, bytes), read from the store."""
         return f"({device_ops_sql(self.windows, kinds)})"

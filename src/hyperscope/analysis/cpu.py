@@ -22,7 +22,7 @@ from hyperscope.analysis._common import (
     rows,
 )
 from hyperscope.analysis.gpu import _bucket_ns
-from hyperscope.analysis.intervals import merge_sql
+from hyperscope.analysis.intervals import bucket_sum_sql, pieces_sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +46,9 @@ class CpuUtilizationRow:
 
 
 def _merged(ctx: Prepared) -> str:
-    """Each thread's busy intervals, merged once for cpu_time and cpu_utilization."""
+    """Each thread's busy time as disjoint pieces, computed once for cpu_time and cpu_utilization."""
     return ctx.shared(
-        "host_merged", merge_sql(f"(SELECT rank, tid, s, t_end FROM {ctx.host})", ["rank", "tid"])
+        "host_merged", pieces_sql(f"(SELECT rank, tid, s, t_end FROM {ctx.host})", ["rank", "tid"])
     )
 
 
@@ -117,13 +117,8 @@ def cpu_utilization(
                 return Table("CPU utilization over time", CpuUtilizationRow, found_rows, tuple(notes))
         derived = rows(
             con,
-            f"""WITH m AS (SELECT * FROM {_merged(ctx)}),
-                split AS (SELECT rank, s, t_end,
-                                 unnest(range((s - {lo}) // {width}, (t_end - 1 - {lo}) // {width}
-                                     + 1)) AS bi FROM m)
-                SELECT rank, {lo} + bi * {width},
-                       sum(least(t_end, {lo} + (bi + 1) * {width}) - greatest(s, {lo} + bi * {width}))
-                FROM split GROUP BY ALL ORDER BY ALL""",
+            f"SELECT rank, b, sum(busy) FROM ({bucket_sum_sql(_merged(ctx), ['rank', 'tid'], lo, width)}) "
+            "GROUP BY ALL ORDER BY ALL",
         )
     win = {w.rank: w for w in windows}
     out: list[CpuUtilizationRow] = []

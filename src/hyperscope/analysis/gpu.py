@@ -21,7 +21,7 @@ from hyperscope.analysis._common import (
     prepared,
     rows,
 )
-from hyperscope.analysis.intervals import merge_sql
+from hyperscope.analysis.intervals import bucket_sum_sql
 from hyperscope.errors import UsageError
 
 
@@ -87,20 +87,15 @@ def gpu_utilization(
                 UtilizationRow(str(n), -1, int(d), int(b), float(v), "samples") for n, d, b, v in sampled
             )
             return Table("GPU utilization over time", UtilizationRow, found_rows, tuple(notes))
-        merged = merge_sql(
-            f"(SELECT rank, '' AS node, device, s, t_end FROM {ctx.devn} WHERE kind <> 'sync')",
-            ["rank", "node", "device"],
+        merged = (
+            f"SELECT rank, '' AS node, device, greatest(s, coalesce(prev_end, s)) AS s, t_end "
+            f"FROM {ctx.dev_prev()} WHERE t_end > greatest(s, coalesce(prev_end, s))"
         )
         derived = rows(
             con,
-            f"""WITH m AS ({merged}),
-                    split AS (SELECT rank, node, device, s, t_end,
-                                     unnest(range((s - {lo}) // {width}, (t_end - 1 - {lo}) //
-                                         {width} + 1)) AS bi
-                              FROM m)
-                SELECT rank, node, device, {lo} + bi * {width} AS b,
-                       sum(least(t_end, {lo} + (bi + 1) * {width}) - greatest(s, {lo} + bi * {width}))
-                FROM split GROUP BY ALL ORDER BY ALL""",
+            f"SELECT rank, node, device, b, busy "
+            f"FROM ({bucket_sum_sql(f'({merged})', ['rank', 'node', 'device'], lo, width)}) "
+            "ORDER BY ALL",
         )
     win = {w.rank: w for w in windows}
     out: list[UtilizationRow] = []

@@ -49,9 +49,7 @@ def idle_breakdown(
         con, windows = ctx.con, ctx.windows
         found = rows(
             con,
-            f"""WITH d AS (SELECT rank, device, correlation, s, t_end FROM {ctx.devn} WHERE kind <> 'sync'),
-                o AS (SELECT *, max(t_end) OVER (PARTITION BY rank, device ORDER BY s, t_end
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM d),
+            f"""WITH o AS (SELECT * FROM {ctx.dev_prev()}),
                 l AS (SELECT rank, correlation, min(launch_ts) AS launch_ts FROM {ctx.launches} GROUP BY ALL),
                 g AS (SELECT o.rank, w.node, o.s - o.prev_end AS gap, o.prev_end, l.launch_ts
                       FROM o JOIN {windows_sql(windows)} w ON o.rank = w.rank

@@ -21,17 +21,25 @@ def sweep_sql(intervals: str, keys: Sequence[str], bits: Sequence[int], *, time_
     powers of two). ``state`` is the OR of the bits open in a segment (0 = none: a gap between the
     group's first start and last end). Empty and reversed intervals are ignored.
     """
+    if len(bits) > 3:
+        raise ValueError("sweep_sql packs at most 3 kinds of interval into one running sum")
     key_list = ", ".join(keys)
     sep = ", " if keys else ""
-    counts = ", ".join(f"sum(CASE WHEN bit = {b} THEN d ELSE 0 END) OVER w AS c{b}" for b in bits)
-    state = " + ".join(f"(CASE WHEN c{b} > 0 THEN {b} ELSE 0 END)" for b in bits)
+    # One running sum carries every kind's count, 20 bits each (a million intervals of one kind
+    # open at once would overflow; ends sort before starts at equal times, so no count dips below
+    # zero): one window aggregate instead of one per kind.
+    packed = " ".join(f"WHEN {b} THEN {1 << (20 * i)}" for i, b in enumerate(bits))
+    state = " + ".join(
+        f"(CASE WHEN (c >> {20 * i}) & {(1 << 20) - 1} > 0 THEN {b} ELSE 0 END)" for i, b in enumerate(bits)
+    )
     partition = f"PARTITION BY {key_list}" if keys else ""
     return f"""
-        WITH iv AS (SELECT {key_list}{sep} s::{time_type} AS s, t_end::{time_type} AS t_end, bit
+        WITH iv AS (SELECT {key_list}{sep} s::{time_type} AS s, t_end::{time_type} AS t_end,
+                           CASE bit {packed} END::BIGINT AS unit
                     FROM {intervals} WHERE t_end > s),
-        pts AS (SELECT {key_list}{sep} s AS t, bit, 1 AS d FROM iv
-                UNION ALL SELECT {key_list}{sep} t_end AS t, bit, -1 AS d FROM iv),
-        run AS (SELECT {key_list}{sep} t, {counts}, lead(t) OVER w AS nt FROM pts
+        pts AS (SELECT {key_list}{sep} s AS t, unit AS d FROM iv
+                UNION ALL SELECT {key_list}{sep} t_end AS t, -unit AS d FROM iv),
+        run AS (SELECT {key_list}{sep} t, sum(d) OVER w AS c, lead(t) OVER w AS nt FROM pts
                 WINDOW w AS ({partition} ORDER BY t, d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
         SELECT {key_list}{sep} {state} AS state, sum(nt - t) AS dur
         FROM run WHERE nt IS NOT NULL AND nt > t GROUP BY ALL"""
@@ -56,3 +64,43 @@ def merge_sql(intervals: str, keys: Sequence[str], *, time_type: str = "BIGINT")
                      OVER ({partition} ORDER BY s RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
                      AS grp FROM m)
         SELECT {key_list}{sep} min(s) AS s, max(t_end) AS t_end FROM g GROUP BY {key_list}{sep} grp"""
+
+
+def bucket_sum_sql(intervals: str, keys: Sequence[str], lo: int, width: int) -> str:
+    """SQL giving ``keys..., b, busy``: time covered by disjoint ``intervals`` in each bucket
+    ``[lo + i·width, lo + (i+1)·width)``, ``b`` being the bucket start.
+
+    Intervals inside one bucket (nearly all of them) are summed directly; only those that cross a
+    bucket edge are split, so millions of kernels cost one pass, not one row per bucket touched.
+    """
+    key_list = ", ".join(keys)
+    sep = ", " if keys else ""
+    lo, width = int(lo), int(width)
+    return f"""
+        WITH iv AS (SELECT {key_list}{sep} s, t_end, (s - {lo}) // {width} AS b0,
+                           (t_end - 1 - {lo}) // {width} AS b1
+                    FROM {intervals} WHERE t_end > s),
+        one AS (SELECT {key_list}{sep} b0 AS bi, t_end - s AS busy FROM iv WHERE b0 = b1),
+        cut AS (SELECT {key_list}{sep} s, t_end, unnest(range(b0, b1 + 1)) AS bi FROM iv WHERE b0 <> b1),
+        split AS (SELECT {key_list}{sep} bi,
+                         least(t_end, {lo} + (bi + 1) * {width}) - greatest(s, {lo} + bi * {width}) AS busy
+                  FROM cut)
+        SELECT {key_list}{sep} {lo} + bi * {width} AS b, sum(busy) AS busy
+        FROM (SELECT * FROM one UNION ALL SELECT * FROM split) GROUP BY ALL"""
+
+
+def pieces_sql(intervals: str, keys: Sequence[str]) -> str:
+    """SQL giving ``keys..., s, t_end``: disjoint pieces whose union is the union of ``intervals``.
+
+    Each interval keeps only the part beyond the furthest end of the intervals sorted before it
+    (by start). One window pass, and the result does not depend on the order of equal starts: a
+    cheaper stand-in for ``merge_sql`` wherever only covered time matters, not the islands.
+    """
+    key_list = ", ".join(keys)
+    sep = ", " if keys else ""
+    partition = f"PARTITION BY {key_list}" if keys else ""
+    return f"""
+        WITH m AS (SELECT {key_list}{sep} s, t_end, max(t_end) OVER ({partition} ORDER BY s
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM {intervals})
+        SELECT {key_list}{sep} greatest(s, coalesce(prev_end, s)) AS s, t_end
+        FROM m WHERE t_end > greatest(s, coalesce(prev_end, s))"""

@@ -71,6 +71,9 @@ class HistogramBin:
 def step_times(source: Source | Prepared, scope: Scope = ALL) -> Table[StepRow]:
     """Every step mark in scope, flagged ``repeated`` / ``partial``."""
     with prepared(source, scope) as ctx:
+        if "steps" in ctx.cache:
+            cached: Table[StepRow] = ctx.cache["steps"]
+            return cached
         con, windows = ctx.con, ctx.windows
         found = rows(
             con,
@@ -117,7 +120,9 @@ def step_times(source: Source | Prepared, scope: Scope = ALL) -> Table[StepRow]:
             )
     if not out:
         notes.append("no ProfilerStep#N marks in scope")
-    return Table("Steps", StepRow, tuple(out), tuple(notes))
+    table = Table("Steps", StepRow, tuple(out), tuple(notes))
+    ctx.cache["steps"] = table  # rank_comparison and the step tables of a dashboard share it
+    return table
 
 
 def step_time_stats(
