@@ -21,6 +21,7 @@ Options add the bad inputs the analyses must survive, each with its effect on th
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ TAIL: Final = 60_000
 STEP_EXTRA: Final = 7_000
 FORWARD: Final = 100_000
 GPU_UTIL_PCT: Final = 75.0
+_PART_EVENTS: Final = 2_000_000
+_ORDER: Final = ", ".join(SORT_KEY)
 #: Kernel names cycled over the compute kernels, with the precision the rules must give them.
 KERNELS: Final = (
     ("ampere_sgemm_128x64_tn", "FP32"),
@@ -220,7 +223,7 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
                CASE WHEN i = {k + 1} THEN 'cudaMemcpyAsync' WHEN i = {k + 2} THEN 'cudaMemsetAsync'
                     ELSE 'cudaLaunchKernel' END AS launch,
                1 + s * {k + 3} + i AS corr
-        FROM range({spec.ranks}) t1(r), range({spec.steps}) t2(s), range({k + 3}) t3(i)"""
+        FROM range(@R0, least(@R1, {spec.ranks})) t1(r), range(@S0, @S1) t2(s), range({k + 3}) t3(i)"""
     dev = _select(
         {
             "rank": "r",
@@ -271,7 +274,7 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
         }
     )
     all_ranks = spec.ranks + (1 if spec.gpu_less_rank else 0)
-    steps = f"SELECT r, s, {step_start} AS st FROM range({all_ranks}) t1(r), range({spec.steps}) t2(s)"
+    steps = f"SELECT r, s, {step_start} AS st FROM range(@R0, @R1) t1(r), range(@S0, @S1) t2(s)"
     step = _select(
         {
             "rank": "r",
@@ -323,13 +326,14 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
             }
         )
         parts.append(f"SELECT {gl} FROM steps WHERE r = {spec.ranks}")
+    extras: list[str] = []
     if spec.steps:
         first = spec.step_start(0, 0)
         if spec.overlapping_kernel:
-            parts.append(
+            extras.append(
                 _single(first + LEAD + KD // 4, KD // 2, "kernel", KERNELS[0][0], 7, 10**9, node="'node-0'")
             )
-            parts.append(
+            extras.append(
                 _single(
                     first + LEAD + KD // 4 - LATENCY,
                     3000,
@@ -342,12 +346,12 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
             )
         if spec.clock_jump:
             at = first + spec.step_content_ns + 20_000
-            parts.append(_single(at, 5_000, "kernel", KERNELS[2][0], 7, 10**9 + 1, node="'node-0'"))
-            parts.append(
+            extras.append(_single(at, 5_000, "kernel", KERNELS[2][0], 7, 10**9 + 1, node="'node-0'"))
+            extras.append(
                 _single(at + 3_000, 3000, "runtime", "cudaLaunchKernel", 0, 10**9 + 1, node="'node-0'")
             )
         if spec.open_step:
-            parts.append(
+            extras.append(
                 "SELECT "
                 + _select(
                     {
@@ -363,21 +367,38 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
                     }
                 )
             )
-    union = " UNION ALL ".join(parts)
+    # Parts of at most ~2M events, each sorted: DuckDB sorts each within its memory limit, and a
+    # profile is a directory of parts anyway (a capture writes one per rank and flush).
+    per_rank_step = 3 * (k + 3) + 2
+    chunk = max(1, _PART_EVENTS // per_rank_step)
+    if spec.ranks * spec.events_per_rank <= _PART_EVENTS:
+        plan = [(0, all_ranks, 0, spec.steps)]
+    else:
+        plan = [
+            (r, r + 1, s0, min(spec.steps, s0 + chunk))
+            for r in range(all_ranks)
+            for s0 in range(0, spec.steps, chunk)
+        ]
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         con.execute("SET preserve_insertion_order = false")
-        target = path / EVENTS_DIR / "part-00000.parquet"
-        con.execute(
-            f"COPY (WITH ops AS ({ops}), steps AS ({steps}) SELECT * FROM ({union}) ORDER BY "
-            f"{', '.join(SORT_KEY)}) "
-            f"TO '{target}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 131072)"
-        )
+        con.execute("SET memory_limit = '1GB'")  # 100M events sort by spilling, not by RAM
+        con.execute(f"SET temp_directory = '{path / '.tmp'}'")
+        for n, (r0, r1, s0, s1) in enumerate(plan):
+            union = " UNION ALL ".join(parts + (extras if n == 0 else []))
+            sql = f"WITH ops AS ({ops}), steps AS ({steps}) SELECT * FROM ({union}) ORDER BY {_ORDER}"
+            for name, value in (("@R0", r0), ("@R1", r1), ("@S0", s0), ("@S1", s1)):
+                sql = sql.replace(name, str(value))
+            target = path / EVENTS_DIR / f"part-{n:05d}.parquet"
+            con.execute(
+                f"COPY ({sql}) TO '{target}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 131072)"
+            )
         count, lo, hi = con.execute(
-            f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM read_parquet('{target}')"
+            "SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) "
+            f"FROM read_parquet('{path / EVENTS_DIR / '*.parquet'}')"
         ).fetchall()[0]
         if spec.samples and spec.steps:
             (path / SAMPLES_DIR).mkdir()
@@ -395,6 +416,7 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
             assert cols
     finally:
         con.close()
+        shutil.rmtree(path / ".tmp", ignore_errors=True)
     ranks = [
         RankMeta(rank=r, node=f"node-{r % max(1, spec.nodes)}", clock="epoch_us") for r in range(all_ranks)
     ]
