@@ -30,6 +30,7 @@ _guard = threading.Lock()
 _hooks_installed = False
 _unhandled: list[BaseException] = []
 _manual_steps = False
+_auto_steps = False
 
 
 def start_profiling(config: ProfilerConfig | None = None) -> bool:
@@ -82,7 +83,12 @@ def is_profiling() -> bool:
 def step() -> None:
     """Mark the end of a training step (and the start of the next one)."""
     global _manual_steps
-    _manual_steps = True
+    if not _manual_steps:
+        _manual_steps = True
+        if _auto_steps:
+            # Under the launcher the optimizer's step() closed this step a moment ago; from now on
+            # the script's own marks count, and this one is not a second, empty step.
+            return
     session = _session
     if session is None or session.finished:
         return
@@ -94,9 +100,11 @@ def step() -> None:
 
 def optimizer_step() -> None:
     """A step seen by the launcher's optimizer hook; ignored once the script marks its own steps."""
+    global _auto_steps
     session = _session
     if _manual_steps or session is None or session.finished:
         return
+    _auto_steps = True
     try:
         session.step()
     except Exception as exc:

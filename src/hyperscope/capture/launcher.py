@@ -21,10 +21,10 @@ from types import FrameType
 from hyperscope.capture.autostart import ENV_AUTOSTART
 from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.context import DistContext
-from hyperscope.errors import JobNotFound, UsageError
+from hyperscope.errors import HyperscopeError, JobNotFound, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.store.catalog import Catalog, Job, RankStatus
-from hyperscope.store.store import default_home
+from hyperscope.store.store import Store, default_home
 
 BOOT_DIR = Path(__file__).parent / "_boot"
 
@@ -61,6 +61,7 @@ def run(command: Sequence[str], config: ProfilerConfig) -> LaunchResult:
     config = replace(config, job=job)
     home = Path(config.home).expanduser() if config.home is not None else default_home()
     config = replace(config, home=str(home))
+    Store(home).close()  # a store that cannot be created fails here, before the training starts
     run_id = uuid.uuid4().hex
     try:
         child = subprocess.Popen(list(command), env=launch_env(config, run_id))
@@ -84,6 +85,13 @@ def run(command: Sequence[str], config: ProfilerConfig) -> LaunchResult:
 
 def _settle(home: Path, job: str, profile_id: str, code: int) -> LaunchResult:
     """Ranks still 'running' after the command ended did not get to say how they ended."""
+    try:
+        return _settle_ranks(home, job, profile_id, code)
+    except HyperscopeError as exc:  # a full disk, say: the command's own result still stands
+        return LaunchResult(code, None, profile_id, f"the end of the job could not be recorded: {exc}")
+
+
+def _settle_ranks(home: Path, job: str, profile_id: str, code: int) -> LaunchResult:
     catalog = Catalog(home / CATALOG_FILE)
     try:
         try:

@@ -125,6 +125,7 @@ class Session:
                 rank=self.ctx.rank,
                 node=self.ctx.node,
                 sink=sink,
+                gpus=self.ctx.local_rank == 0,  # one rank per node samples the node's GPUs
                 **kwargs,
             )
             self._sampler.start()
@@ -218,14 +219,18 @@ class Session:
         self._steps_since_flush = 0
         self._last_flush_ns = time.time_ns()
         if self._kineto is not None and self._kineto.running:
+            from hyperscope.capture import torch_backend
+
             try:
-                result = self._kineto.stop()
+                # Read here, before Kineto starts again (see KinetoSession.stop); typing and
+                # writing the rows happen on the writer's thread.
+                raw = torch_backend.kineto_rows(self._kineto.stop())
             except Exception as exc:
                 self._note(f"PyTorch's profiler failed and was switched off: {exc}")
                 self._kineto = None
             else:
                 rank, node = self.ctx.rank, self.ctx.node
-                writer.submit(lambda: ("events", _kineto_events(result, rank, node)))
+                writer.submit(lambda: ("events", _typed_events(raw, rank, node)))
             if restart and self._kineto is not None:
                 self._kineto.start()
         marks, self._marks = self._marks, []
@@ -242,15 +247,15 @@ class Session:
 _CONNECTIONS = threading.local()
 
 
-def _kineto_events(result: Any, rank: int, node: str) -> pa.Table:
-    from hyperscope.capture.torch_backend import kineto_table
+def _typed_events(raw: pa.Table, rank: int, node: str) -> pa.Table:
+    from hyperscope.capture.torch_backend import typed_rows
 
     con = getattr(_CONNECTIONS, "con", None)
     if con is None:  # one small DuckDB per writer thread, kept for the whole run
         con = duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
         con.execute("SET enable_progress_bar = false")
         _CONNECTIONS.con = con
-    return kineto_table(result, rank=rank, node=node, con=con)
+    return typed_rows(raw, rank=rank, node=node, con=con)
 
 
 def marks_table(marks: list[Mark], *, rank: int, node: str, pid: int) -> pa.Table:

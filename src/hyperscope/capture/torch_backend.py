@@ -114,7 +114,11 @@ class KinetoSession:
         self.running = True
 
     def stop(self) -> Any:
-        """Kineto's results since ``start``: convert them with ``kineto_table`` (on any thread)."""
+        """Kineto's results since ``start``.
+
+        Read them (``kineto_rows``) on this thread before the next ``start``: Kineto's results
+        share state with the profiler, and reading them while it runs again crashes the process.
+        """
         self.running = False
         return _autograd()._disable_profiler()
 
@@ -197,7 +201,11 @@ def kineto_rows(result: Any) -> pa.Table:
 
 def kineto_table(result: Any, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:
     """Kineto's results as rows of the event schema, sorted as the store keeps them."""
-    raw = kineto_rows(result)
+    return typed_rows(kineto_rows(result), rank=rank, node=node, con=con)
+
+
+def typed_rows(raw: pa.Table, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:
+    """Raw rows (``kineto_rows``) typed by the importer's SQL; safe on any thread."""
     if raw.num_rows == 0:
         return EVENT_SCHEMA.empty_table()
     con.register("kineto_rows", raw)

@@ -18,7 +18,7 @@ def profile(
         typer.Argument(
             help="The training command, after --: python train.py ..., or torchrun ... train.py.",
             show_default=False,
-            metavar="-- COMMAND...",
+            metavar="COMMAND",
         ),
     ],
     job: Annotated[
@@ -76,7 +76,7 @@ def profile(
     The job appears in `hyperscope jobs` as soon as the first rank starts (InProgress), then
     Completed, or Failed when the command fails; hyperscope exits with the command's exit code.
     """
-    from hyperscope.cli.main import _fail, err, out
+    from hyperscope.cli.main import _fail, err
 
     try:
         config = ProfilerConfig(
@@ -96,9 +96,11 @@ def profile(
         result = run(command, config)
     except HyperscopeError as exc:
         _fail(str(exc).replace("ProfilerConfig.", "option "), 2 if isinstance(exc, UsageError) else 1)
+    # A command killed by a signal exits as a shell reports it: 128 + the signal's number.
+    code = 128 - result.returncode if result.returncode < 0 else result.returncode
     if result.job is None or result.problem:
         err.print(f"hyperscope: no profile was recorded: {result.problem}")
-        raise typer.Exit(result.returncode or 1)
+        raise typer.Exit(code or 1)
     j = result.job
     ref = next((p for p in j.profiles if p.id == result.profile_id), None)
     events = ref.events if ref else 0
@@ -108,9 +110,8 @@ def profile(
     )
     if j.message:
         err.print(f"hyperscope: {j.message}")
-    if result.returncode:
-        raise typer.Exit(result.returncode)
-    _ = out
+    if code:
+        raise typer.Exit(code)
 
 
 def _steps(text: str | None) -> range | list[int] | None:

@@ -1,0 +1,260 @@
+"""Capture in this process with real PyTorch: what lands in the store, when, and what never breaks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+import hyperscope as hs
+from hyperscope import JobStatus, Store
+from hyperscope.capture import api
+from hyperscope.store.catalog import RankStatus
+
+torch = pytest.importorskip("torch", reason="capture tests need PyTorch (./dev test installs it)")
+pytestmark = pytest.mark.capture
+
+
+@pytest.fixture(autouse=True)
+def _clean_session() -> Iterator[None]:
+    yield
+    hs.stop_profiling()
+    api._unhandled.clear()
+    api._manual_steps = False
+    api._auto_steps = False
+
+
+def _model() -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+
+
+def _train_step(model: Any, opt: Any) -> None:
+    with hs.annotate("forward"):
+        loss = model(torch.randn(4, 32)).pow(2).mean()
+    handle = hs.annotation_begin("backward")
+    loss.backward()
+    hs.annotation_end(handle)
+    opt.step()
+    opt.zero_grad()
+
+
+def _query(home: Path, job: str, sql: str) -> list[tuple[Any, ...]]:
+    with Store(home) as store:
+        con = store.profile(job).connect()
+        try:
+            return con.sql(sql).fetchall()
+        finally:
+            con.close()
+
+
+def test_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
+    """Reading Kineto's results directly gives exactly the rows an import of its JSON gives."""
+    from hyperscope.capture.torch_backend import Activities, KinetoSession, kineto_table
+
+    model, kineto = _model(), KinetoSession(Activities(cpu=True, cuda=False))
+    kineto.start()
+    for _ in range(3):
+        with torch.profiler.record_function("forward"):
+            loss = model(torch.randn(4, 32)).sum()
+        loss.backward()
+    result = kineto.stop()
+    con = duckdb.connect()
+    captured = kineto_table(result, rank=0, node="n", con=con)
+    result.save(str(tmp_path / "trace.json"))
+    with Store(tmp_path / "home") as store:
+        store.import_traces([tmp_path / "trace.json"], "imported")
+        imp = store.profile("imported").connect()
+        # the JSON adds what Kineto's exporter writes beside the activities: process and thread
+        # names (M), the profiler's own span (Trace) and two instants
+        imported = imp.sql(
+            "SELECT * EXCLUDE (rank, node) FROM events WHERE ph NOT IN ('M', 'i') AND cat <> 'Trace' "
+            "ORDER BY ALL"
+        ).fetchall()
+    con.register("captured", captured)
+    mine = con.sql("SELECT * EXCLUDE (rank, node) FROM captured ORDER BY ALL").fetchall()
+    assert len(mine) > 100
+    assert mine == imported
+
+
+def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    config = hs.ProfilerConfig(
+        job="window", home=home, steps=range(2, 5), cpu_ops=True, flush_every_steps=1, sample_interval_s=0.05
+    )
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @hs.annotate("decorated")
+    def helper() -> None:
+        time.sleep(0.001)
+
+    assert hs.start_profiling(config)
+    for _ in range(8):
+        _train_step(model, opt)
+        helper()
+        worker = threading.Thread(
+            target=lambda: hs.annotate("in-thread").__enter__().__exit__(None, None, None)
+        )
+        worker.start()
+        worker.join()
+        hs.step()
+    hs.stop_profiling()
+
+    steps = _query(home, "window", "SELECT name, dur_ns > 0 FROM events WHERE kind = 'step' ORDER BY ts_ns")
+    assert steps == [("ProfilerStep#2", True), ("ProfilerStep#3", True), ("ProfilerStep#4", True)]
+    marks = dict(
+        _query(
+            home,
+            "window",
+            "SELECT name, count(*) FROM events WHERE kind = 'annotation' "
+            "AND cat = 'user_annotation' AND args LIKE '{\"step\":%' GROUP BY name",
+        )
+    )
+    assert marks == {"forward": 3, "backward": 3, "decorated": 3, "in-thread": 3}
+    tids = dict(
+        _query(
+            home,
+            "window",
+            "SELECT name, list(DISTINCT tid) FROM events WHERE kind = 'annotation' "
+            "AND name IN ('forward', 'in-thread') GROUP BY name",
+        )
+    )
+    assert tids["forward"] == [threading.get_native_id()]
+    assert threading.get_native_id() not in tids["in-thread"]
+    # operators were recorded inside the window only
+    inside = _query(
+        home,
+        "window",
+        "SELECT count(*) FILTER (WHERE e.ts_ns >= w.lo AND e.ts_ns <= w.hi), count(*) FROM events e, "
+        "(SELECT min(ts_ns) lo, max(ts_ns + dur_ns) hi FROM events WHERE kind = 'step') w "
+        "WHERE e.kind = 'cpu_op'",
+    )
+    assert inside[0][1] > 50 and inside[0][0] == inside[0][1]
+    samples = _query(home, "window", "SELECT DISTINCT metric FROM samples")
+    assert {("cpu_util_pct",), ("process_rss_bytes",)} <= set(samples)
+    with Store(home) as store:
+        job = store.job("window")
+        profile = store.profile("window")
+    assert job.status is JobStatus.COMPLETED and job.ranks == 1
+    assert profile.meta.source == "capture" and profile.meta.settings["steps"] == "2:5"
+    assert profile.meta.ranks[0].complete and profile.meta.events == job.profiles[0].events > 0
+    assert len(list((profile.path / "events").glob("*.parquet"))) >= 3  # one part per flush
+
+
+def test_events_appear_while_the_job_runs(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hs.start_profiling(hs.ProfilerConfig(job="live", home=home, flush_every_steps=2, sample_interval_s=0))
+    for _ in range(5):
+        _train_step(model, opt)
+        hs.step()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not _query(home, "live", "SELECT 1 FROM events LIMIT 1"):
+        time.sleep(0.05)
+    with Store(home) as store:
+        assert store.job("live").status is JobStatus.IN_PROGRESS
+    running = _query(home, "live", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0]
+    assert running >= 2
+    hs.stop_profiling()
+    with Store(home) as store:
+        assert store.job("live").status is JobStatus.COMPLETED
+    assert _query(home, "live", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0] == 5
+
+
+def test_calls_without_a_capture_do_nothing(tmp_path: Path) -> None:
+    assert hs.annotation_begin("x") == 0
+    hs.annotation_end(0)
+    hs.annotation_end(12345)
+    with hs.annotate("x"):
+        hs.step()
+
+    @hs.annotate("f")
+    def f(a: int, *, b: int) -> int:
+        return a + b
+
+    assert f(1, b=2) == 3
+    assert f.__name__ == "f"
+    hs.stop_profiling()  # stopping what never started is fine
+    assert not api.is_profiling()
+
+
+def test_duration_ends_the_capture(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    hs.start_profiling(hs.ProfilerConfig(job="timed", home=home, duration_s=0.3, sample_interval_s=0))
+    for _ in range(12):
+        time.sleep(0.05)
+        hs.step()
+    with Store(home) as store:  # ended on its own, before stop_profiling
+        assert store.job("timed").status is JobStatus.COMPLETED
+    recorded = _query(home, "timed", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0]
+    assert 3 <= recorded <= 7
+
+
+def test_memory_is_bounded_by_configuration(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    hs.start_profiling(
+        hs.ProfilerConfig(
+            job="bounded", home=home, max_buffered_events=1000, flush_every_steps=100, sample_interval_s=0
+        )
+    )
+    for _ in range(1500):
+        with hs.annotate("tiny"):
+            pass
+    hs.step()
+    hs.stop_profiling()
+    assert _query(home, "bounded", "SELECT count(*) FROM events")[0][0] == 1000
+    with Store(home) as store:
+        notes = store.profile("bounded").meta.ranks[0].notes
+    assert any("501 annotations dropped" in n for n in notes)
+
+
+def test_a_profiler_bug_never_reaches_the_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from hyperscope.capture import torch_backend
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("converter exploded")
+
+    monkeypatch.setattr(torch_backend, "typed_rows", broken)
+    home = tmp_path / "home"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with caplog.at_level(logging.WARNING, logger="hyperscope.capture"):
+        hs.start_profiling(
+            hs.ProfilerConfig(job="buggy", home=home, cpu_ops=True, flush_every_steps=1, sample_interval_s=0)
+        )
+        for _ in range(4):
+            _train_step(model, opt)
+            hs.step()
+        hs.stop_profiling()
+    warnings = [r.getMessage() for r in caplog.records if "converter exploded" in r.getMessage()]
+    assert len(warnings) == 1  # said once, not once per flush
+    with Store(home) as store:
+        job = store.job("buggy")
+        statuses = store.catalog.rank_statuses(job.profiles[0].id)
+    assert job.status is JobStatus.COMPLETED
+    assert statuses[0][2] is RankStatus.INCOMPLETE and "converter exploded" in statuses[0][3]
+    assert "profile incomplete" in job.message
+
+
+def test_an_unusable_store_leaves_training_unprofiled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="hyperscope.capture"):
+        assert hs.start_profiling(hs.ProfilerConfig(home=blocker / "home")) is False
+    assert any(
+        "profiling is off" in r.getMessage() and str(blocker) in r.getMessage() for r in caplog.records
+    )
+    with hs.annotate("still fine"):
+        hs.step()
