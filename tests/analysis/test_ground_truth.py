@@ -236,3 +236,24 @@ def test_a_million_events_stay_exact(ground_truth: Make) -> None:
     rows = {int(r.group): r for r in gpu_time(ground_truth(spec)).rows}
     assert {r: rows[r].busy_ns for r in rows} == want.busy_ns
     assert {r: rows[r].comm_comp_overlap_ns for r in rows} == want.overlap_ns
+
+
+def test_dashboard_shares_work_without_changing_answers(ground_truth: Make) -> None:
+    """The dashboard reads materialized, shared relations; each table equals the standalone call."""
+    from hyperscope.analysis import dashboard
+
+    profile = ground_truth(SPEC)
+    for scope in (Scope(), Scope(ranks=(1, 2), steps=(2, 5))):
+        tables = dashboard(profile, scope, top_k=15, buckets=50)
+        assert tables["gpu_time"] == gpu_time(profile, scope)
+        assert tables["gpu_time_job"] == gpu_time(profile, scope, Level.JOB)
+        assert tables["kernel_types"] == kernel_type_segments(profile, scope)
+        assert tables["idle"] == idle_breakdown(profile, scope)
+        assert tables["kernels"] == kernel_summary(profile, scope, 15)
+        assert tables["launch_latency"] == launch_latency(profile, scope, Level.RANK)
+        assert tables["latency_outliers"] == latency_outliers(profile, scope, 5)
+        assert tables["cpu_time"] == cpu_time(profile, scope)
+        assert tables["gpu_utilization"] == gpu_utilization(profile, scope, buckets=50)
+        assert tables["cpu_utilization"] == cpu_utilization(profile, scope, buckets=50)
+        assert tables["ranks"] == rank_comparison(profile, scope)
+        assert tables["gpu_time"].rows  # not vacuous

@@ -30,30 +30,31 @@ def dashboard(
             ctx.close()
 
 
-def _tables(con: Prepared, top_k: int, buckets: int) -> dict[str, Table[Any]]:
-    scope = con.scope
-    steps = step_times(con, scope)
+def _tables(ctx: Prepared, top_k: int, buckets: int) -> dict[str, Table[Any]]:
+    scope = ctx.scope
+    steps = step_times(ctx, scope)
     return {
-        "gpu_time": gpu_time(con, scope, Level.RANK),
-        "gpu_time_job": gpu_time(con, scope, Level.JOB),
-        "kernel_types": kernel_type_segments(con, scope, Level.JOB),
-        "idle": idle_breakdown(con, scope, Level.RANK),
-        "kernels": kernel_summary(con, scope, top_k),
-        "precision": kernel_precision(con, scope),
-        "gpu_activity": gpu_activity(con, scope),
-        "memory_ops": memory_operations(con, scope),
-        "launch_latency": launch_latency(con, scope, Level.RANK),
-        "latency_outliers": latency_outliers(con, scope, 5),
+        "gpu_time": gpu_time(ctx, scope, Level.RANK),
+        "gpu_time_job": gpu_time(ctx, scope, Level.JOB),
+        "kernel_types": kernel_type_segments(ctx, scope, Level.JOB),
+        "idle": idle_breakdown(ctx, scope, Level.RANK),
+        "kernels": kernel_summary(ctx, scope, top_k),
+        "precision": kernel_precision(ctx, scope),
+        "gpu_activity": gpu_activity(ctx, scope),
+        "memory_ops": memory_operations(ctx, scope),
+        "launch_latency": launch_latency(ctx, scope, Level.RANK),
+        "latency_outliers": latency_outliers(ctx, scope, 5),
         "steps": step_time_stats(steps, level=Level.RANK),
         "steps_job": step_time_stats(steps, level=Level.JOB),
         "step_histogram": step_time_histogram(steps, bins=10),
-        "annotations": annotation_stats(con, scope, top_k=top_k),
-        "cpu_time": cpu_time(con, scope, Level.RANK),
-        "gpu_utilization": gpu_utilization(con, scope, buckets=buckets),
-        "cpu_utilization": cpu_utilization(con, scope, buckets=buckets),
-        "ranks": rank_comparison(con, scope),
+        "annotations": annotation_stats(ctx, scope, top_k=top_k),
+        "cpu_time": cpu_time(ctx, scope, Level.RANK),
+        "gpu_utilization": gpu_utilization(ctx, scope, buckets=buckets),
+        "cpu_utilization": cpu_utilization(ctx, scope, buckets=buckets),
+        "ranks": rank_comparison(ctx, scope),
     }
 
 
 def to_json(tables: dict[str, Table[Any]]) -> dict[str, Any]:
+    """The dashboard as plain JSON: {name: {title, columns, rows, notes}}."""
     return {k: t.to_dict() for k, t in tables.items()}
