@@ -257,3 +257,19 @@ def test_dashboard_shares_work_without_changing_answers(ground_truth: Make) -> N
         assert tables["cpu_utilization"] == cpu_utilization(profile, scope, buckets=50)
         assert tables["ranks"] == rank_comparison(profile, scope)
         assert tables["gpu_time"].rows  # not vacuous
+
+
+def test_utilization_rolled_up_per_node_and_job(ground_truth: Make) -> None:
+    want = gt.expected(SPEC)
+    width = SPEC.step_ns
+    job = gpu_utilization(ground_truth(SPEC), level=Level.JOB, bucket_ns=width).rows
+    assert {r.node for r in job} == {"job"} and all(0 <= r.util_pct <= 100 for r in job)
+    # mean over the 3 GPUs per bucket, times the bucket and the GPUs, gives back all busy time
+    # (edge buckets that a rank's window cuts short are measured against their inside part)
+    total = sum(r.util_pct / 100 * width * len(want.gpu_ranks) for r in job)
+    assert total == pytest.approx(sum(want.busy_ns.values()), rel=0.02)
+    nodes = {r.node for r in gpu_utilization(ground_truth(SPEC), level=Level.NODE, buckets=4).rows}
+    assert nodes == {"node-0", "node-1"}
+    sampled = gt.GroundTruthSpec(ranks=2, steps=3, samples=True, nodes=2)
+    rows = gpu_utilization(ground_truth(sampled), level=Level.JOB, buckets=5).rows
+    assert rows and all(r.util_pct == gt.GPU_UTIL_PCT for r in rows)

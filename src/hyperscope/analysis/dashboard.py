@@ -49,7 +49,8 @@ def _tables(ctx: Prepared, top_k: int, buckets: int) -> dict[str, Table[Any]]:
         "step_histogram": step_time_histogram(steps, bins=10),
         "annotations": annotation_stats(ctx, scope, top_k=top_k),
         "cpu_time": cpu_time(ctx, scope, Level.RANK),
-        "gpu_utilization": gpu_utilization(ctx, scope, buckets=buckets),
+        "gpu_utilization": gpu_utilization(ctx, scope, Level.RANK, buckets=buckets),
+        "gpu_utilization_nodes": gpu_utilization(ctx, scope, Level.NODE, buckets=buckets),
         "cpu_utilization": cpu_utilization(ctx, scope, buckets=buckets),
         "ranks": rank_comparison(ctx, scope),
     }

@@ -9,10 +9,12 @@ kernel ran in it, so it reads higher than busy-time coverage; each row says whic
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from hyperscope.analysis._common import (
     ALL,
+    Level,
     Prepared,
     Scope,
     Source,
@@ -63,9 +65,15 @@ def _bucket_ns(windows_span_ns: int, buckets: int, bucket_ns: int | None) -> int
 
 
 def gpu_utilization(
-    source: Source | Prepared, scope: Scope = ALL, *, buckets: int = 100, bucket_ns: int | None = None
+    source: Source | Prepared,
+    scope: Scope = ALL,
+    level: Level = Level.RANK,
+    *,
+    buckets: int = 100,
+    bucket_ns: int | None = None,
 ) -> Table[UtilizationRow]:
-    """GPU utilization per GPU over time, in ``buckets`` equal buckets (or of ``bucket_ns`` each)."""
+    """GPU utilization over time, in ``buckets`` equal buckets (or of ``bucket_ns`` each), per GPU
+    (level rank) or averaged over the GPUs of each node or of the job."""
     with prepared(source, scope) as ctx:
         con, windows = ctx.con, ctx.windows
         notes = list(ctx.notes)
@@ -83,10 +91,12 @@ def gpu_utilization(
             [nodes],
         )
         if sampled:
-            found_rows = tuple(
+            found_rows = [
                 UtilizationRow(str(n), -1, int(d), int(b), float(v), "samples") for n, d, b, v in sampled
+            ]
+            return Table(
+                "GPU utilization over time", UtilizationRow, _roll_up(found_rows, level), tuple(notes)
             )
-            return Table("GPU utilization over time", UtilizationRow, found_rows, tuple(notes))
         merged = (
             f"SELECT rank, '' AS node, device, greatest(s, coalesce(prev_end, s)) AS s, t_end "
             f"FROM {ctx.dev_prev()} WHERE t_end > greatest(s, coalesce(prev_end, s))"
@@ -114,7 +124,23 @@ def gpu_utilization(
             )
         )
     notes.append("no gpu_util_pct samples in this profile: utilization derived from device busy time")
-    return Table("GPU utilization over time", UtilizationRow, tuple(out), tuple(notes))
+    return Table("GPU utilization over time", UtilizationRow, _roll_up(out, level), tuple(notes))
+
+
+def _roll_up(found: list[UtilizationRow], level: Level) -> tuple[UtilizationRow, ...]:
+    """Mean over the GPUs of each node (or the job) per bucket; a GPU absent from a bucket was idle."""
+    if level is Level.RANK:
+        return tuple(found)
+    gpus: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
+    sums: dict[tuple[str, int, str], float] = defaultdict(float)
+    for r in found:
+        group = r.node if level is Level.NODE else "job"
+        gpus[group].add((r.node, r.rank, r.device))
+        sums[(group, r.bucket_start_ns, r.source)] += r.util_pct
+    return tuple(
+        UtilizationRow(g, -1, -1, b, round(v / len(gpus[g]), 3), source)
+        for (g, b, source), v in sorted(sums.items())
+    )
 
 
 def gpu_activity(source: Source | Prepared, scope: Scope = ALL) -> Table[ActivityRow]:
