@@ -11,6 +11,8 @@ inline SQL, so two analyses on one connection never see each other's state.
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, is_dataclass
@@ -23,6 +25,9 @@ from hyperscope.errors import UsageError
 from hyperscope.store.profile import Profile
 
 Source = Profile | duckdb.DuckDBPyConnection
+
+#: DuckDB's memory on connections the analyses open themselves; beyond it, sorts spill to disk.
+MEMORY_LIMIT: Final = "1GB"
 
 #: Device-side work, as the schema's kinds name it. ``sync`` is not work: a GPU waiting on an event
 #: is idle, which is where our definition of "busy" departs from HTA's (see docs/analysis.md).
@@ -138,14 +143,23 @@ class Table(Generic[R]):
 
 @contextmanager
 def connection(source: Source) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection for one analysis: a profile's own (closed after), or the caller's (left open)."""
+    """A connection for one analysis: a profile's own (closed after), or the caller's (left open).
+
+    On its own connections DuckDB gets ``MEMORY_LIMIT`` and a private spill directory: a dashboard
+    over 100M events sorts by spilling to disk instead of taking most of the machine's memory
+    (DuckDB's default is 80% of RAM). A caller's connection keeps the caller's settings.
+    """
     if isinstance(source, Profile):
         con = source.connect()
+        spill = tempfile.mkdtemp(prefix="hyperscope-analysis-")
         try:
             con.execute("SET enable_progress_bar = false")
+            con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+            con.execute(f"SET temp_directory = '{spill.replace(chr(39), chr(39) * 2)}'")
             yield con
         finally:
             con.close()
+            shutil.rmtree(spill, ignore_errors=True)
     elif isinstance(source, duckdb.DuckDBPyConnection):
         source.execute("SET enable_progress_bar = false")
         yield source
