@@ -38,7 +38,7 @@ def batch(args: argparse.Namespace, device: torch.device) -> tuple[torch.Tensor,
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def main(argv: list[str] | None = None) -> float:
+def build_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -57,11 +57,19 @@ def main(argv: list[str] | None = None) -> float:
     args = p.parse_args(argv)
     if args.tiny:
         args.d_model, args.layers, args.heads, args.batch, args.seq, args.vocab = 16, 2, 2, 2, 8, 50
+    return args
+
+
+def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module]:
+    model = TinyLM(args.vocab, args.d_model, args.layers, args.heads).to(torch.device(args.device))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3), nn.CrossEntropyLoss()
+
+
+def main(argv: list[str] | None = None) -> float:
+    args = build_args(argv)
     torch.manual_seed(0)
     device = torch.device(args.device)
-    model = TinyLM(args.vocab, args.d_model, args.layers, args.heads).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
+    model, optimizer, loss_fn = build(args)
 
     if not args.no_profile:
         hs.start_profiling(hs.ProfilerConfig(job=args.job, home=args.home, cpu_ops=args.cpu_ops))

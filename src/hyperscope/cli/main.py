@@ -320,6 +320,13 @@ def _print_summary(summary: Summary) -> None:
         )
     out.print(table)
     out.print("events by kind: " + ", ".join(f"{k} {v:,}" for k, v in summary.kinds.items()))
+    if summary.samples:
+        out.print(
+            "system samples (mean): "
+            + ", ".join(f"{m} {_mean(m, v)}" for m, (_, v) in summary.samples.items())
+        )
+    for note in summary.notes:
+        out.print(Text(f"note: {note}", style="yellow"))
     if summary.top_kernels:
         kt = Table("top kernels by time", "launches", "total (ms)")
         for name, count, dur in summary.top_kernels:
@@ -355,6 +362,12 @@ def _parse_date(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return min(int(moment.timestamp() * 1e9), 2**63 - 1)  # nanoseconds past 2262 do not fit
+
+
+def _mean(metric: str, value: float) -> str:
+    if metric.endswith("_bytes"):
+        return _mb(int(value))
+    return f"{value:,.1f}{'%' if metric.endswith('_pct') else ''}"
 
 
 def _mb(n: int) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hyperscope.store.profile import Profile
 
@@ -23,6 +23,10 @@ class Summary:
     ranks: list[RankSummary]
     kinds: dict[str, int]
     top_kernels: list[tuple[str, int, int]]  # name, count, total ns
+    #: system samples: metric -> (rows, mean value) (empty for imported traces)
+    samples: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: what a capture could not record, per rank ("rank 0: perf counters unavailable: ...")
+    notes: list[str] = field(default_factory=list)
 
 
 def summarize(profile: Profile, top: int = 5) -> Summary:
@@ -41,6 +45,12 @@ def summarize(profile: Profile, top: int = 5) -> Summary:
         kinds = dict(
             con.sql("SELECT kind, count(*) FROM events GROUP BY kind ORDER BY count(*) DESC").fetchall()
         )
+        samples = {
+            str(m): (int(n), float(v))
+            for m, n, v in con.sql(
+                "SELECT metric, count(*), avg(value) FROM samples GROUP BY metric ORDER BY metric"
+            ).fetchall()
+        }
         kernels = con.sql(
             f"""SELECT name, count(*), sum(dur_ns) FROM events WHERE kind = 'kernel'
                 GROUP BY name ORDER BY sum(dur_ns) DESC, name LIMIT {int(top)}"""
@@ -51,4 +61,10 @@ def summarize(profile: Profile, top: int = 5) -> Summary:
         ranks=[RankSummary(r, nodes.get(r, ""), n, int(s), k, int(kn), st) for r, n, s, k, kn, st in rows],
         kinds={str(k): int(v) for k, v in kinds.items()},
         top_kernels=[(str(n), int(c), int(d)) for n, c, d in kernels],
+        samples=samples,
+        notes=[
+            f"rank {r.rank}: {note}"
+            for r in profile.meta.ranks
+            for note in ([] if r.complete else ["incomplete: some data could not be written"]) + r.notes
+        ],
     )

@@ -1,0 +1,165 @@
+"""Capture cost: hyperscope against torch.profiler on the same training, in the same run.
+
+Four variants of ``examples/train_transformer.py``'s training loop, each in a fresh child process:
+no profiler; torch.profiler with its default activities, exporting its Chrome JSON at the end;
+hyperscope's defaults; hyperscope with CPU operators (the same activities torch.profiler records on
+a CPU-only machine). Repetitions are interleaved (every variant once per round, the order rotated)
+so that a noisy minute hurts all variants alike; figures are medians over rounds.
+
+Two models: the transformer of DESIGN.md (d_model 256, 4 layers, batch 16, sequence 128) and a
+tiny one where per-operator cost dominates. Targets of the capture issue:
+
+- step time, hyperscope default: median ratio to no profiler <= 1.01
+- step time with CPU operators: no worse than torch.profiler's, on both models
+- bytes stored per profiled step: <= 1/50 of torch.profiler's JSON (same activities)
+- extra peak memory while profiling 50 steps: <= 1/4 of torch.profiler's
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import MAIN_PYTHON, MB, REPO_ROOT, RESULT_MARK, ChildRun, print_table, run_child, write_results
+
+VARIANTS = ("none", "torch.profiler", "hyperscope", "hyperscope+cpu_ops")
+MODELS: dict[str, list[str]] = {
+    "transformer": ["--d-model", "256", "--layers", "4", "--heads", "4", "--batch", "16", "--seq", "128"],
+    "tiny": ["--tiny"],
+}
+
+CHILD = f"""
+import json, os, resource, sys, time
+from pathlib import Path
+sys.path.insert(0, {str(REPO_ROOT / "examples")!r})
+import torch
+import hyperscope as hs
+import train_transformer as ex
+
+variant, out_dir, steps, warmup = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+args = ex.build_args(sys.argv[5:] + ["--no-profile"])
+torch.manual_seed(0)
+model, optimizer, loss_fn = ex.build(args)
+device = torch.device(args.device)
+
+def train_step():
+    inputs, targets = ex.batch(args, device)
+    with hs.annotate("forward"):
+        logits = model(inputs)
+        loss = loss_fn(logits.reshape(-1, args.vocab), targets.reshape(-1))
+    with hs.annotate("backward"):
+        loss.backward()
+    handle = hs.annotation_begin("optimizer")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    hs.annotation_end(handle)
+
+for _ in range(warmup):
+    train_step()
+base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+prof = None
+if variant == "torch.profiler":
+    prof = torch.profiler.profile()
+    prof.__enter__()
+elif variant.startswith("hyperscope"):
+    hs.start_profiling(hs.ProfilerConfig(job="bench", home=str(out_dir / "home"),
+                                         cpu_ops=variant.endswith("cpu_ops")))
+times = []
+for _ in range(steps):
+    t0 = time.perf_counter()
+    train_step()
+    hs.step()
+    times.append(time.perf_counter() - t0)
+t0 = time.perf_counter()
+stored = 0
+if prof is not None:
+    prof.__exit__(None, None, None)
+    path = out_dir / "trace.json"
+    prof.export_chrome_trace(str(path))
+    stored = path.stat().st_size
+elif variant.startswith("hyperscope"):
+    hs.stop_profiling()
+    stored = sum(p.stat().st_size for p in (out_dir / "home" / "profiles").rglob("*") if p.is_file())
+finish_s = time.perf_counter() - t0
+print({RESULT_MARK!r} + json.dumps(dict(wall_s=sum(times), step_s=times, base_rss=base_rss,
+                                         stored_bytes=stored, finish_s=finish_s)))
+"""
+
+
+def run_variant(variant: str, model: str, steps: int, warmup: int, work: Path) -> ChildRun:
+    out = Path(tempfile.mkdtemp(prefix=f"{variant}-", dir=work))
+    argv = [str(MAIN_PYTHON), "-c", CHILD, variant, str(out), str(steps), str(warmup), *MODELS[model]]
+    return run_child(argv)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every variant")
+    parser.add_argument("--steps", type=int, default=50, help="profiled steps per run")
+    parser.add_argument("--tiny-steps", type=int, default=200, help="profiled steps per run, tiny model")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--models", default="transformer,tiny")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"rounds": args.rounds, "models": {}}
+    with tempfile.TemporaryDirectory(prefix="hyperscope-bench-") as tmp:
+        for model in args.models.split(","):
+            steps = args.tiny_steps if model == "tiny" else args.steps
+            runs: dict[str, list[ChildRun]] = {v: [] for v in VARIANTS}
+            for r in range(args.rounds):
+                order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+                for variant in order:
+                    print(f"{model}: round {r + 1}/{args.rounds}, {variant} ...", file=sys.stderr, flush=True)
+                    runs[variant].append(run_variant(variant, model, steps, args.warmup, Path(tmp)))
+            results["models"][model] = summarize(model, steps, runs)
+    write_results("capture_overhead", results)
+    return 0
+
+
+def summarize(model: str, steps: int, runs: dict[str, list[ChildRun]]) -> dict[str, Any]:
+    def step_ms(v: str) -> float:
+        return statistics.median(statistics.median(r.payload["step_s"]) for r in runs[v]) * 1e3
+
+    def extra_mb(v: str) -> float:
+        return statistics.median(max(r.peak_rss - r.payload["base_rss"], 0) for r in runs[v]) / MB
+
+    def bytes_per_step(v: str) -> float:
+        return statistics.median(r.payload["stored_bytes"] for r in runs[v]) / steps
+
+    base = step_ms("none")
+    rows, out = [], {}
+    for v in VARIANTS:
+        fig = {
+            "step_ms": step_ms(v),
+            "ratio": step_ms(v) / base,
+            "extra_peak_mb": extra_mb(v),
+            "bytes_per_step": bytes_per_step(v),
+            "finish_s": statistics.median(r.payload["finish_s"] for r in runs[v]),
+        }
+        out[v] = fig
+        rows.append([v, fig["step_ms"], f"{fig['ratio']:.3f}x", fig["extra_peak_mb"],
+                     fig["bytes_per_step"] / 1e3, fig["finish_s"]])
+    print(f"\n{model}: {steps} profiled steps, medians over {len(runs['none'])} interleaved rounds")
+    headers = ["variant", "step (ms)", "vs none", "extra peak (MB)", "KB stored/step", "stop+write (s)"]
+    print_table(headers, rows)
+    tp, hs, hc = out["torch.profiler"], out["hyperscope"], out["hyperscope+cpu_ops"]
+    targets = [
+        ["hyperscope default step ratio <= 1.01", f"{hs['ratio']:.3f}", hs["ratio"] <= 1.01],
+        ["cpu_ops overhead <= torch.profiler's", f"{hc['ratio']:.3f} vs {tp['ratio']:.3f}",
+         hc["ratio"] <= tp["ratio"]],
+        ["bytes/step <= 1/50 of torch JSON", f"1/{tp['bytes_per_step'] / max(hc['bytes_per_step'], 1):.0f}",
+         hc["bytes_per_step"] * 50 <= tp["bytes_per_step"]],
+        ["extra peak <= 1/4 of torch.profiler's",
+         f"{hc['extra_peak_mb']:.0f} vs {tp['extra_peak_mb']:.0f} MB",
+         hc["extra_peak_mb"] * 4 <= tp["extra_peak_mb"]],
+    ]
+    print_table(["target", "measured", "status"], targets)
+    out["targets"] = {t[0]: {"measured": t[1], "met": t[2]} for t in targets}
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
