@@ -83,17 +83,21 @@ class Session:
         )
         self._writer = RankWriter(target, self.ctx, meta)
         self._writer.open()
-        self._start_kineto_backend()
-        self._start_sampler()
-        self._enter_step(self.step_no)
+        try:
+            self._start_kineto_backend()
+            self._start_sampler()
+            self._enter_step(self.step_no)
+        except Exception as exc:  # the job must not stay InProgress for a capture that never ran
+            self.stop(RankStatus.INCOMPLETE, f"the capture could not start: {exc}")
+            raise
 
     def _start_kineto_backend(self) -> None:
         from hyperscope.capture.torch_backend import KinetoSession, wanted_activities
 
         activities = wanted_activities(cpu_ops=self.config.records_cpu_ops, device=self.config.device)
+        if self.config.device and not activities.cuda:
+            self.notes.append("no device activity: CUDA is not available to PyTorch here")
         if not activities.any:
-            if self.config.device:
-                self.notes.append("no device activity: CUDA is not available to PyTorch here")
             return
         try:
             self._kineto = KinetoSession(
