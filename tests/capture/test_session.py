@@ -258,3 +258,17 @@ def test_an_unusable_store_leaves_training_unprofiled(
     )
     with hs.annotate("still fine"):
         hs.step()
+
+
+def test_names_that_are_not_utf8_do_not_stop_the_capture() -> None:
+    """PyTorch's Python tracer sometimes hands over names that are not UTF-8 (seen on 2.13)."""
+    from hyperscope.capture.torch_backend import UNDECODABLE, _meta, _name
+
+    class Garbled:
+        def name(self) -> str:
+            raise UnicodeDecodeError("utf-8", b"\xa6", 0, 1, "invalid start byte")
+
+        metadata_json = name
+
+    assert _name(Garbled()) == UNDECODABLE
+    assert "not UTF-8" in _meta(Garbled())

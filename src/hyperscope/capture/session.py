@@ -209,10 +209,11 @@ class Session:
         self._add((EventKind.ANNOTATION, name, tid, start, time.time_ns() - start, self.step_no))
 
     def _add(self, mark: Mark) -> None:
-        if len(self._marks) >= self.config.max_buffered_events:
-            self.dropped_marks += 1
-            return
-        self._marks.append(mark)
+        with self._lock:  # annotations may come from any thread; a flush swaps the list
+            if len(self._marks) >= self.config.max_buffered_events:
+                self.dropped_marks += 1
+                return
+            self._marks.append(mark)
 
     # -- flushing -------------------------------------------------------------------------------
 
@@ -237,7 +238,8 @@ class Session:
                 writer.submit(lambda: ("events", _typed_events(raw, rank, node)))
             if restart and self._kineto is not None:
                 self._kineto.start()
-        marks, self._marks = self._marks, []
+        with self._lock:
+            marks, self._marks = self._marks, []
         if marks:
             rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
             writer.submit(lambda: ("events", marks_table(marks, rank=rank, node=node, pid=pid)))

@@ -130,6 +130,24 @@ def _autograd() -> Any:
     return importlib.import_module("torch.autograd")
 
 
+#: Put in place of a name Kineto hands over that is not UTF-8 (seen with PyTorch's Python tracer).
+UNDECODABLE: Final = "<name not UTF-8>"
+
+
+def _name(act: Any) -> str:
+    try:
+        return str(act.name())
+    except UnicodeDecodeError:
+        return UNDECODABLE
+
+
+def _meta(act: Any) -> str:
+    try:
+        return str(act.metadata_json())
+    except UnicodeDecodeError:
+        return '"hyperscope": "args not UTF-8, dropped"'
+
+
 def _trace_rows(result: Any) -> Iterator[tuple[Any, ...]]:
     """(ph, cat, name, pid, tid, ts_ns, dur_ns, id, bp, args) of every activity, as Kineto exports them."""
     for act in result.trace_activities():
@@ -145,17 +163,17 @@ def _trace_rows(result: Any) -> Iterator[tuple[Any, ...]]:
             corr = act.correlation_id()
             if corr:
                 parts.append(f'"External id": {corr}')
-        meta = act.metadata_json()
+        meta = _meta(act)
         if meta:
             parts.append(meta)
         if cat == "kernel":
             launcher = act.linked_activity()
-            if launcher is not None and launcher.name() == _COMMS_OP:
-                comms = launcher.metadata_json()
+            if launcher is not None and _name(launcher) == _COMMS_OP:
+                comms = _meta(launcher)
                 if comms:
                     parts.append(comms)
         args = "{" + ", ".join(parts) + "}" if parts else None
-        yield ("X", cat, act.name(), pid, tid, ts, max(act.duration(), 0), None, None, args)
+        yield ("X", cat, _name(act), pid, tid, ts, max(act.duration(), 0), None, None, args)
         flow = act.flow_id()
         if flow > 0:
             flow_cat = _FLOW_NAMES.get(act.flow_type(), "ac2g")
@@ -181,10 +199,11 @@ def _event_rows(result: Any) -> Iterator[tuple[Any, ...]]:
             parts.append(f'"External id": {ev.linked_correlation_id()}')
         elif cat not in _DEVICE_SIDE and ev.correlation_id():
             parts.append(f'"External id": {ev.correlation_id()}')
-        if ev.metadata_json():
-            parts.append(ev.metadata_json())
+        meta = _meta(ev)
+        if meta:
+            parts.append(meta)
         args = "{" + ", ".join(parts) + "}" if parts else None
-        yield ("X", cat, ev.name(), ev_pid, tid, ev.start_ns(), max(ev.duration_ns(), 0), None, None, args)
+        yield ("X", cat, _name(ev), ev_pid, tid, ev.start_ns(), max(ev.duration_ns(), 0), None, None, args)
 
 
 def kineto_rows(result: Any) -> pa.Table:
