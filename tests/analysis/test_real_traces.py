@@ -7,7 +7,19 @@ from collections.abc import Callable
 
 import pytest
 
-from hyperscope.analysis import Level, Scope, dashboard, gpu_time, hta, kernel_summary, step_times, to_json
+from hyperscope.analysis import (
+    Level,
+    Scope,
+    dashboard,
+    gpu_time,
+    gpu_utilization,
+    hta,
+    idle_breakdown,
+    kernel_summary,
+    launch_latency,
+    step_times,
+    to_json,
+)
 from hyperscope.store.profile import Profile
 from tests.conftest import TRACE_SETS
 
@@ -36,6 +48,10 @@ def test_dashboard_is_consistent(name: str, real_profile: Callable[[str], Profil
         idle[r.group] = idle.get(r.group, 0) + r.idle_ns
     for row in tables["gpu_time"].rows:  # one GPU per rank in these traces
         assert idle.get(row.group, 0) == row.idle_ns
+    # the dashboard's shared relations and standalone calls agree (sync rows, as on alexnet, included)
+    assert tables["idle"] == idle_breakdown(real_profile(name))
+    assert tables["gpu_utilization"] == gpu_utilization(real_profile(name), buckets=50)
+    assert tables["launch_latency"] == launch_latency(real_profile(name), level=Level.RANK)
 
 
 def test_dlrm_default_equals_hta(real_profile: Callable[[str], Profile]) -> None:

@@ -322,6 +322,11 @@ def scope_notes(windows: Sequence[Window], scope: Scope, con: duckdb.DuckDBPyCon
     return notes
 
 
+#: The furthest end among a GPU's earlier work (by start), sync rows apart from the rest.
+_PREV_END: Final = """max(t_end) OVER (PARTITION BY rank, device, kind = 'sync' ORDER BY s, t_end
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end"""
+
+
 class Prepared:
     """A connection with a scope resolved once: windows, notes, and the scoped relations every
     analysis reads (device ops, host work, launches), optionally materialized as temp tables.
@@ -345,17 +350,17 @@ class Prepared:
         launches = scoped_events_sql(
             self.windows,
             "e.kind IN ('runtime', 'driver') AND e.correlation IS NOT NULL",
-            "e.rank, e.correlation, e.name AS launch, e.ts_ns AS launch_ts",
+            "e.rank, e.correlation, e.ts_ns AS launch_ts",
         )
-        self.devn = (
-            f"(SELECT rank, device, kind, {BIT_SQL} AS bit, correlation, ts_ns, s, t_end FROM ({dev}))"
-        )
+        columns = f"rank, device, kind, {BIT_SQL} AS bit, correlation, ts_ns, s, t_end"
+        self.devn = f"(SELECT {columns} FROM ({dev}))"
         self.host = f"(SELECT rank, coalesce(tid, -1) AS tid, s, t_end FROM ({host}))"
         self.launches = f"({launches})"
         self.materialized = materialize
         if materialize:
-            self.devn = self._materialize("devn", self.devn)
-            self.host = self._materialize("host", self.host)
+            # Numbers only, and one table per kind of row: at 100M events these spill to disk.
+            # The device table carries prev_end (see dev_prev) so its window is sorted once.
+            self.devn = self._materialize("devn", f"SELECT {columns}, {_PREV_END} FROM ({dev})")
             self.launches = self._materialize("launches", self.launches)
 
     def _materialize(self, name: str, sql: str) -> str:
@@ -376,13 +381,10 @@ class Prepared:
         Idle gaps (``s > prev_end``) and covered pieces (``t_end > greatest(s, prev_end)``) both
         come from it, so the dashboard sorts each GPU's ops once for both.
         """
-        return self.shared(
-            "dev_prev",
-            f"""SELECT rank, device, correlation, s, t_end,
-                       max(t_end) OVER (PARTITION BY rank, device ORDER BY s, t_end
-                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                FROM {self.devn} WHERE kind <> 'sync'""",
-        )
+        cols = "rank, device, correlation, s, t_end"
+        if self.materialized:
+            return f"(SELECT {cols}, prev_end FROM {self.devn} WHERE kind <> 'sync')"
+        return f"(SELECT {cols}, {_PREV_END} FROM (SELECT * FROM {self.devn} WHERE kind <> 'sync'))"
 
     def dev(self, kinds: Sequence[str] = DEVICE_WORK_KINDS) -> str:
         """Scoped device ops of ``kinds`` with every column (names, bytes), read from the store."""

@@ -24,6 +24,8 @@ from hyperscope.analysis._common import (
 )
 from hyperscope.errors import UsageError
 
+_HOST = "('runtime', 'driver')"
+
 
 @dataclass(frozen=True, slots=True)
 class LatencyStatsRow:
@@ -96,15 +98,20 @@ def latency_outliers(
         con = ctx.con
         found = rows(
             con,
-            f"""WITH top AS (SELECT l.rank, l.correlation, l.launch, l.launch_ts,
+            f"""WITH top AS (SELECT l.rank, l.correlation, l.launch_ts,
                                     d.ts_ns - l.launch_ts AS latency
                              FROM {ctx.launches} l JOIN {ctx.devn} d
                              ON l.rank = d.rank AND l.correlation = d.correlation WHERE d.kind <> 'sync'
                              ORDER BY latency DESC, l.rank, l.launch_ts LIMIT {int(top_k)}),
-                    named AS (SELECT e.rank, e.correlation, any_value(e.name) AS kernel FROM events e
+                    named AS (SELECT e.rank, e.correlation,
+                                     any_value(e.name) FILTER (WHERE e.kind IN {_HOST}) AS launch,
+                                     any_value(e.name) FILTER (WHERE e.kind NOT IN {_HOST}) AS kernel
+                              FROM events e
                               SEMI JOIN top ON e.rank = top.rank AND e.correlation = top.correlation
-                              WHERE e.kind IN ('kernel', 'memcpy', 'memset') GROUP BY ALL)
-                SELECT top.rank, top.launch, coalesce(named.kernel, '?'), top.launch_ts, top.latency
+                              WHERE e.kind IN ('kernel', 'memcpy', 'memset', 'runtime', 'driver')
+                              GROUP BY ALL)
+                SELECT top.rank, coalesce(named.launch, '?'), coalesce(named.kernel, '?'), top.launch_ts,
+                       top.latency
                 FROM top LEFT JOIN named ON named.rank = top.rank AND named.correlation = top.correlation
                 ORDER BY top.latency DESC, top.rank, top.launch_ts""",
         )
