@@ -41,7 +41,10 @@ import hyperscope as hs
 import train_transformer as ex
 
 variant, out_dir, steps, warmup = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-args = ex.build_args(sys.argv[5:] + ["--no-profile"])
+threads = int(sys.argv[5])
+if threads:
+    torch.set_num_threads(threads)
+args = ex.build_args(sys.argv[6:] + ["--no-profile"])
 torch.manual_seed(0)
 model, optimizer, loss_fn = ex.build(args)
 device = torch.device(args.device)
@@ -90,10 +93,13 @@ print({RESULT_MARK!r} + json.dumps(dict(wall_s=sum(times), step_s=times, base_rs
 """
 
 
-def run_variant(variant: str, model: str, steps: int, warmup: int, work: Path) -> ChildRun:
+def run_variant(variant: str, model: str, steps: int, warmup: int, threads: int, work: Path) -> ChildRun:
     out = Path(tempfile.mkdtemp(prefix=f"{variant}-", dir=work))
-    argv = [str(MAIN_PYTHON), "-c", CHILD, variant, str(out), str(steps), str(warmup), *MODELS[model]]
-    return run_child(argv)
+    argv = [str(MAIN_PYTHON), "-c", CHILD, variant, str(out), str(steps), str(warmup), str(threads),
+            *MODELS[model]]
+    # Memory sampled every 0.25 s (the kernel's ru_maxrss still catches a shorter peak): sampling
+    # a process tree's PSS costs CPU that the training being timed would share.
+    return run_child(argv, poll_s=0.25)
 
 
 def main() -> int:
@@ -103,8 +109,13 @@ def main() -> int:
     parser.add_argument("--tiny-steps", type=int, default=200, help="profiled steps per run, tiny model")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--models", default="transformer,tiny")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch.set_num_threads in every variant (0: PyTorch's default). One thread keeps step "
+        "times stable on a small shared machine, where spinning intra-op threads make them bimodal",
+    )
     args = parser.parse_args()
-    results: dict[str, Any] = {"rounds": args.rounds, "models": {}}
+    results: dict[str, Any] = {"rounds": args.rounds, "threads": args.threads, "models": {}}
     with tempfile.TemporaryDirectory(prefix="hyperscope-bench-") as tmp:
         for model in args.models.split(","):
             steps = args.tiny_steps if model == "tiny" else args.steps
@@ -113,7 +124,8 @@ def main() -> int:
                 order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
                 for variant in order:
                     print(f"{model}: round {r + 1}/{args.rounds}, {variant} ...", file=sys.stderr, flush=True)
-                    runs[variant].append(run_variant(variant, model, steps, args.warmup, Path(tmp)))
+                    run = run_variant(variant, model, steps, args.warmup, args.threads, Path(tmp))
+                    runs[variant].append(run)
             results["models"][model] = summarize(model, steps, runs)
     write_results("capture_overhead", results)
     return 0

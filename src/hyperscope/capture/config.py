@@ -54,7 +54,7 @@ class ProfilerConfig:
     #: store directory; default $HYPERSCOPE_HOME, else ~/.hyperscope
     home: Path | str | None = None
     #: a new file every this many recorded steps or seconds, whichever comes first: bounds memory
-    flush_every_steps: int = 10
+    flush_every_steps: int = 50
     flush_every_s: float = 30.0
     #: an upper bound on events kept in memory between flushes; more are dropped and counted
     max_buffered_events: int = 2_000_000

@@ -26,6 +26,7 @@ _DEVICE_SIDE: Final = frozenset(
      "privateuse1_driver"}
 )
 _FLOW_NAMES: Final = {1: "fwdbwd", 2: "ac2g"}
+_NO_RESOURCE: Final = -(2**63)
 #: The CPU op whose args describe an NCCL collective; Kineto copies them onto the kernel it launched.
 _COMMS_OP: Final = "record_param_comms"
 
@@ -148,39 +149,48 @@ def _meta(act: Any) -> str:
         return '"hyperscope": "args not UTF-8, dropped"'
 
 
-def _trace_rows(result: Any) -> Iterator[tuple[Any, ...]]:
-    """(ph, cat, name, pid, tid, ts_ns, dur_ns, id, bp, args) of every activity, as Kineto exports them."""
+def _trace_rows(result: Any) -> list[tuple[Any, ...]]:
+    """(ph, cat, name, pid, tid, ts_ns, dur_ns, id, bp, args) of every activity, as Kineto exports them.
+
+    This loop runs on the training thread (see ``KinetoSession.stop``), once per event: it makes
+    each pybind call once and builds no more strings than it must.
+    """
+    rows: list[tuple[Any, ...]] = []
+    add = rows.append
     for act in result.trace_activities():
         cat = act.type()
         ts = act.timestamp()
         pid = act.device_id()
-        tid = abs(act.resource_id()) if act.resource_id() != -(2**63) else 0
-        parts = []
-        linked = act.linked_correlation_id()
-        if linked:
-            parts.append(f'"External id": {linked}')
-        elif cat not in _DEVICE_SIDE:
-            corr = act.correlation_id()
-            if corr:
-                parts.append(f'"External id": {corr}')
-        meta = _meta(act)
-        if meta:
-            parts.append(meta)
+        rid = act.resource_id()
+        tid = 0 if rid == _NO_RESOURCE else abs(rid)
+        ext = act.linked_correlation_id() or (0 if cat in _DEVICE_SIDE else act.correlation_id())
+        try:
+            meta = act.metadata_json()
+        except UnicodeDecodeError:
+            meta = _meta(act)
         if cat == "kernel":
             launcher = act.linked_activity()
             if launcher is not None and _name(launcher) == _COMMS_OP:
                 comms = _meta(launcher)
-                if comms:
-                    parts.append(comms)
-        args = "{" + ", ".join(parts) + "}" if parts else None
-        yield ("X", cat, _name(act), pid, tid, ts, max(act.duration(), 0), None, None, args)
+                meta = f"{meta}, {comms}" if meta and comms else meta or comms
+        if ext:
+            args: str | None = f'{{"External id": {ext}, {meta}}}' if meta else f'{{"External id": {ext}}}'
+        else:
+            args = f"{{{meta}}}" if meta else None
+        try:
+            name = act.name()
+        except UnicodeDecodeError:
+            name = UNDECODABLE
+        dur = act.duration()
+        add(("X", cat, name, pid, tid, ts, dur if dur > 0 else 0, None, None, args))
         flow = act.flow_id()
         if flow > 0:
             flow_cat = _FLOW_NAMES.get(act.flow_type(), "ac2g")
             if act.flow_start():
-                yield ("s", flow_cat, flow_cat, pid, tid, ts, None, flow, None, None)
+                add(("s", flow_cat, flow_cat, pid, tid, ts, None, flow, None, None))
             else:
-                yield ("f", flow_cat, flow_cat, pid, tid, ts, None, flow, "e", None)
+                add(("f", flow_cat, flow_cat, pid, tid, ts, None, flow, "e", None))
+    return rows
 
 
 def _event_rows(result: Any) -> Iterator[tuple[Any, ...]]:
@@ -208,11 +218,10 @@ def _event_rows(result: Any) -> Iterator[tuple[Any, ...]]:
 
 def kineto_rows(result: Any) -> pa.Table:
     """Kineto's activities as a table of raw rows (before typing)."""
-    source = _trace_rows(result) if hasattr(result, "trace_activities") else _event_rows(result)
-    columns: list[list[Any]] = [[] for _ in _RAW_SCHEMA]
-    for row in source:
-        for column, value in zip(columns, row, strict=True):
-            column.append(value)
+    rows = _trace_rows(result) if hasattr(result, "trace_activities") else list(_event_rows(result))
+    if not rows:
+        return _RAW_SCHEMA.empty_table()
+    columns = zip(*rows, strict=True)  # one transposition in C, not a loop per value
     return pa.Table.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(columns, _RAW_SCHEMA, strict=True)], schema=_RAW_SCHEMA
     )

@@ -59,7 +59,7 @@ def profile(
     ] = True,
     flush_steps: Annotated[
         int, typer.Option(help="Write a file every N recorded steps (bounds memory).", metavar="N")
-    ] = 10,
+    ] = 50,
     home: Annotated[
         Path | None,
         typer.Option(help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.", metavar="DIR"),
