@@ -6,7 +6,7 @@ child process, alternating, ``--repeats`` times (medians shown). Wall time is ti
 child from before the load/import to after the last analysis (interpreter start and library
 imports excluded on both sides); peak memory covers the child's process tree (see ``_common``).
 hyperscope does more work than HTA here: it imports every event into the store and computes the
-whole dashboard (18 tables) plus HTA's own three tables in HTA-compatible mode.
+whole dashboard (19 tables) plus HTA's own three tables in HTA-compatible mode.
 *Targets* (issue 4): ≥ 5× faster end to end, ≤ 1/2 of HTA's peak memory.
 
 Part 2, generated profiles (``hyperscope.analysis.groundtruth``, 8 ranks) of 1M, 10M and 100M
@@ -71,8 +71,7 @@ with Store(sys.argv[1]) as store:
     t1 = time.perf_counter()
     profile = store.profile("bench")
     tables = dashboard(profile)
-    extra = [hta.temporal_breakdown(profile), hta.kernel_type_breakdown(profile),
-             hta.kernel_breakdown(profile), hta.comm_comp_overlap(profile)]
+    extra = list(hta.breakdowns(profile).values())
 t2 = time.perf_counter()
 out = dict(wall_s=t2 - t0, load_s=t1 - t0, analysis_s=t2 - t1, events=report.profile.events,
            rows=sum(len(t) for t in tables.values()) + sum(len(t) for t in extra), rss_after_imports=base)

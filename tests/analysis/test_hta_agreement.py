@@ -104,3 +104,27 @@ def test_comm_comp_overlap(
         else:
             got = ours[rank]
             assert got is not None and abs(got - value) <= 0.1, (name, rank, got, value)
+
+
+@pytest.mark.parametrize("name", ["dlrm_default", "ns_resolution_nsround_off"])
+def test_shared_frame_gives_the_same_tables(
+    name: str, real_profile: Callable[[str], Profile], hta_reference_text: str
+) -> None:
+    _, profile, opts = _case(name, real_profile, hta_reference_text)
+    shared = hta.breakdowns(profile, opts)
+    alone = {
+        "hta_temporal": hta.temporal_breakdown(profile, opts),
+        "hta_kernel_types": hta.kernel_type_breakdown(profile, opts),
+        "hta_kernels": hta.kernel_breakdown(profile, opts),
+        "hta_overlap": hta.comm_comp_overlap(profile, opts),
+    }
+    for key, table in alone.items():
+        assert len(shared[key]) == len(table) > 0
+        for a, b in zip(shared[key].to_dict()["rows"], table.to_dict()["rows"], strict=True):
+            # float µs summed in another order differ in the last bits, nothing more
+            assert a.keys() == b.keys()
+            for k, v in b.items():
+                if isinstance(v, float):
+                    assert a[k] == pytest.approx(v, rel=1e-12, abs=1e-9), (key, k)
+                else:
+                    assert a[k] == v, (key, k)

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import duckdb
 
@@ -157,16 +159,54 @@ def _gpu_rows_sql(con: duckdb.DuckDBPyConnection, opts: HtaOptions, offsets: dic
                 FROM kept WHERE stream <> -1)"""
 
 
+@dataclass(frozen=True, slots=True)
+class HtaFrame:
+    """HTA's filtered GPU rows for one profile, computed once: pass it to several HTA tables."""
+
+    con: duckdb.DuckDBPyConnection
+    prefix: str  # a WITH clause defining ``gpu``
+
+
+@contextmanager
+def frame(source: Source | HtaFrame, opts: HtaOptions) -> Iterator[HtaFrame]:
+    """The caller's frame as it is, else HTA's rows of ``source`` as inline SQL."""
+    if isinstance(source, HtaFrame):
+        yield source
+        return
+    with connection(source) as con:
+        yield HtaFrame(con, _gpu_rows_sql(con, opts, _offsets(source)))
+
+
+def breakdowns(source: Source, opts: HtaOptions | None = None) -> dict[str, Table[Any]]:
+    """All four HTA tables from one pass over the events (HTA's rows materialized once)."""
+    opts = opts or HtaOptions()
+    with connection(source) as con:
+        table = f"_hs_hta_gpu_{id(con):x}"
+        con.execute(
+            f"CREATE TEMP TABLE {table} AS {_gpu_rows_sql(con, opts, _offsets(source))} SELECT * FROM gpu"
+        )
+        try:
+            shared = HtaFrame(con, f"WITH gpu AS (SELECT * FROM {table})")
+            return {
+                "hta_temporal": temporal_breakdown(shared, opts),
+                "hta_kernel_types": kernel_type_breakdown(shared, opts),
+                "hta_kernels": kernel_breakdown(shared, opts),
+                "hta_overlap": comm_comp_overlap(shared, opts),
+            }
+        finally:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
 def _merge_where(where: str) -> str:
     """Merged (HTA ``merge_kernel_intervals``) intervals per rank of the GPU rows matching ``where``."""
     return merge_sql(f"(SELECT rank, ts AS s, t_end FROM gpu WHERE {where})", ["rank"], time_type="DOUBLE")
 
 
-def temporal_breakdown(source: Source, opts: HtaOptions | None = None) -> Table[HtaTemporalRow]:
+def temporal_breakdown(source: Source | HtaFrame, opts: HtaOptions | None = None) -> Table[HtaTemporalRow]:
     """HTA ``get_temporal_breakdown``: per rank, idle / compute / non-compute within the GPU span."""
     opts = opts or HtaOptions()
-    with connection(source) as con:
-        prefix = _gpu_rows_sql(con, opts, _offsets(source))
+    with frame(source, opts) as fr:
+        con, prefix = fr.con, fr.prefix
         allm = rows(
             con,
             f"""{prefix},
@@ -197,11 +237,13 @@ def temporal_breakdown(source: Source, opts: HtaOptions | None = None) -> Table[
     return Table("Temporal breakdown (HTA 0.5.0 definitions, µs)", HtaTemporalRow, tuple(out))
 
 
-def kernel_type_breakdown(source: Source, opts: HtaOptions | None = None) -> Table[HtaKernelTypeRow]:
+def kernel_type_breakdown(
+    source: Source | HtaFrame, opts: HtaOptions | None = None
+) -> Table[HtaKernelTypeRow]:
     """HTA ``get_gpu_kernel_breakdown`` ``kernel_type_df`` (with memory kernels), summed over ranks."""
     opts = opts or HtaOptions()
-    with connection(source) as con:
-        prefix = _gpu_rows_sql(con, opts, _offsets(source))
+    with frame(source, opts) as fr:
+        con, prefix = fr.con, fr.prefix
         merged = " UNION ALL ".join(
             "SELECT rank, s, t_end, " + str(bit) + " AS bit FROM (" + _merge_where(f"ktype = '{t}'") + ")"
             for t, bit in _TYPE_BITS.items()
@@ -228,7 +270,7 @@ def kernel_type_breakdown(source: Source, opts: HtaOptions | None = None) -> Tab
 
 
 def kernel_breakdown(
-    source: Source,
+    source: Source | HtaFrame,
     opts: HtaOptions | None = None,
     *,
     duration_ratio: float = 0.8,
@@ -240,8 +282,8 @@ def kernel_breakdown(
     re-aggregates over per-name sums, which this reproduces (max = min = mean = sum for named rows).
     """
     opts = opts or HtaOptions()
-    with connection(source) as con:
-        prefix = _gpu_rows_sql(con, opts, _offsets(source))
+    with frame(source, opts) as fr:
+        con, prefix = fr.con, fr.prefix
         found = rows(
             con,
             f"""{prefix}
@@ -302,11 +344,11 @@ def _quantile_linear(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def comm_comp_overlap(source: Source, opts: HtaOptions | None = None) -> Table[HtaOverlapRow]:
+def comm_comp_overlap(source: Source | HtaFrame, opts: HtaOptions | None = None) -> Table[HtaOverlapRow]:
     """HTA ``get_comm_comp_overlap``: |comm ∩ compute| / |comm| per rank, in % (2 decimals)."""
     opts = opts or HtaOptions()
-    with connection(source) as con:
-        prefix = _gpu_rows_sql(con, opts, _offsets(source))
+    with frame(source, opts) as fr:
+        con, prefix = fr.con, fr.prefix
         found = rows(
             con,
             f"""{prefix},

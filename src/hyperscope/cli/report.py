@@ -92,16 +92,15 @@ def report(
             if hta_mode:
                 if scope != Scope():
                     raise UsageError("--hta covers the whole profile as HTA does; drop --rank and --steps")
-                tables["hta_temporal"] = hta.temporal_breakdown(profile)
-                tables["hta_kernel_types"] = hta.kernel_type_breakdown(profile)
-                tables["hta_overlap"] = hta.comm_comp_overlap(profile)
+                tables.update(hta.breakdowns(profile))
     except HyperscopeError as exc:
         _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
     if as_json:
         payload = {"job": job, "ranks": list(rank or []), "steps": list(first_last) if first_last else None}
         out.print_json(json.dumps({**payload, "tables": to_json(tables)}))
         return
-    names = [*_SHOWN, *(k for k in tables if k.startswith("hta_"))]
+    # HTA's kernel table (top kernels per rank and type) goes to JSON only: long, and ours is above
+    names = [*_SHOWN, *(k for k in tables if k.startswith("hta_") and k != "hta_kernels")]
     for name in names:
         _print_table(tables[name])
 
