@@ -22,6 +22,7 @@ def main() -> int:
         ["storage.py"],
         ["import_vs_hta.py"],
         ["large_import.py", "--size-mb", "200" if args.quick else "1024"],
+        ["capture_overhead.py", *(["--rounds", "1", "--steps", "20"] if args.quick else [])],
     ]
     failed = []
     for script, *rest in runs:

@@ -19,6 +19,7 @@ from hyperscope.capture.config import parse_steps
         ({"sample_interval_s": -1}, "sample_interval_s", "-1"),
         ({"sample_interval_s": 0.001}, "sample_interval_s", "0.001"),
         ({"flush_every_steps": 0}, "flush_every_steps", "0"),
+        ({"flush_min_gap_s": -1}, "flush_min_gap_s", "-1"),
         ({"cpu_ops": "yes"}, "cpu_ops", "'yes'"),
         ({"job": "  "}, "job", "'  '"),
         ({"max_buffered_events": 10}, "max_buffered_events", "10"),

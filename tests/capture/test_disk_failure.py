@@ -59,6 +59,8 @@ def start(home: Path, job: str, steps: int, logs: Path) -> subprocess.Popen[str]
             job,
             "--flush-steps",
             "1",
+            "--flush-min-gap",
+            "0",
             "--cpu-ops",
             "--sample-interval",
             "0.05",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 
 import hyperscope as hs
@@ -86,7 +87,13 @@ def test_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
 def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
     home = tmp_path / "home"
     config = hs.ProfilerConfig(
-        job="window", home=home, steps=range(2, 5), cpu_ops=True, flush_every_steps=1, sample_interval_s=0.05
+        job="window",
+        home=home,
+        steps=range(2, 5),
+        cpu_ops=True,
+        flush_every_steps=1,
+        flush_min_gap_s=0,
+        sample_interval_s=0.05,
     )
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -152,7 +159,9 @@ def test_events_appear_while_the_job_runs(tmp_path: Path) -> None:
     home = tmp_path / "home"
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hs.start_profiling(hs.ProfilerConfig(job="live", home=home, flush_every_steps=2, sample_interval_s=0))
+    hs.start_profiling(
+        hs.ProfilerConfig(job="live", home=home, flush_every_steps=2, flush_min_gap_s=0, sample_interval_s=0)
+    )
     for _ in range(5):
         _train_step(model, opt)
         hs.step()
@@ -216,6 +225,35 @@ def test_memory_is_bounded_by_configuration(tmp_path: Path) -> None:
     assert any("501 annotations dropped" in n for n in notes)
 
 
+def test_the_event_rate_brings_files_forward(tmp_path: Path) -> None:
+    """Kineto's buffers are bounded by events, whatever the step count says."""
+    home = tmp_path / "home"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = hs.ProfilerConfig(
+        job="rate",
+        home=home,
+        cpu_ops=True,
+        flush_every_steps=1000,
+        flush_min_gap_s=0,
+        max_buffered_events=1000,
+        sample_interval_s=0,
+    )
+    hs.start_profiling(config)
+    for _ in range(12):
+        _train_step(model, opt)
+        hs.step()
+    hs.stop_profiling()
+    with Store(home) as store:
+        profile = store.profile("rate")
+        parts = [pq.read_metadata(p).num_rows for p in sorted((profile.path / "events").glob("*.parquet"))]
+    # Files: one step's worth (to learn the rate), one when ~1000 Kineto events were due, the rest
+    # at stop; each flush also writes the annotations' part. The step count alone gives one.
+    ops = _query(home, "rate", "SELECT count(*) FROM events WHERE kind IN ('cpu_op', 'flow')")[0][0]
+    assert ops > 1000 and len(parts) >= 5, (ops, parts)
+    assert max(parts) <= 1000 + 12 * 20  # no file much beyond the bound
+
+
 def test_a_profiler_bug_never_reaches_the_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -230,7 +268,14 @@ def test_a_profiler_bug_never_reaches_the_training(
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with caplog.at_level(logging.WARNING, logger="hyperscope.capture"):
         hs.start_profiling(
-            hs.ProfilerConfig(job="buggy", home=home, cpu_ops=True, flush_every_steps=1, sample_interval_s=0)
+            hs.ProfilerConfig(
+                job="buggy",
+                home=home,
+                cpu_ops=True,
+                flush_every_steps=1,
+                flush_min_gap_s=0,
+                sample_interval_s=0,
+            )
         )
         for _ in range(4):
             _train_step(model, opt)

@@ -53,11 +53,14 @@ class ProfilerConfig:
     perf_counters: bool = True
     #: store directory; default $HYPERSCOPE_HOME, else ~/.hyperscope
     home: Path | str | None = None
-    #: a new file every this many recorded steps or seconds, whichever comes first: bounds memory
-    flush_every_steps: int = 50
+    #: a new file every this many recorded steps (no sooner than ``flush_min_gap_s``) or seconds
+    flush_every_steps: int = 10
     flush_every_s: float = 30.0
-    #: an upper bound on events kept in memory between flushes; more are dropped and counted
-    max_buffered_events: int = 2_000_000
+    #: a file has fixed costs: with steps of a few milliseconds, N steps are not worth one
+    flush_min_gap_s: float = 1.0
+    #: events kept in memory between files: PyTorch's (estimated from the rate of the last file)
+    #: bring the next file forward; annotations beyond it are dropped and counted
+    max_buffered_events: int = 500_000
     #: extra facts to keep with the profile (model, dataset, git commit, ...)
     tags: Mapping[str, str] = field(default_factory=dict)
 
@@ -85,6 +88,8 @@ class ProfilerConfig:
         if not isinstance(self.flush_every_steps, int) or self.flush_every_steps < 1:
             raise _fail("flush_every_steps", self.flush_every_steps, "an integer >= 1")
         _positive(self.flush_every_s, "flush_every_s", allow_none=False)
+        if not _number(self.flush_min_gap_s) or self.flush_min_gap_s < 0:
+            raise _fail("flush_min_gap_s", self.flush_min_gap_s, "a number of seconds >= 0")
         if not isinstance(self.max_buffered_events, int) or self.max_buffered_events < 1000:
             raise _fail("max_buffered_events", self.max_buffered_events, "an integer >= 1000")
         if self.home is not None and not isinstance(self.home, (str, Path)):
@@ -168,7 +173,7 @@ class ProfilerConfig:
 _BOOL_TEXT: Final = {"1": True, "true": True, "yes": True, "on": True}
 _BOOL_TEXT.update(dict.fromkeys(("0", "false", "no", "off"), False))
 _INT_FIELDS: Final = ("flush_every_steps", "max_buffered_events")
-_FLOAT_FIELDS: Final = ("duration_s", "sample_interval_s", "flush_every_s")
+_FLOAT_FIELDS: Final = ("duration_s", "sample_interval_s", "flush_every_s", "flush_min_gap_s")
 _STR_FIELDS: Final = ("job", "home")
 
 

@@ -58,6 +58,8 @@ class Session:
         )
         self._steps_since_flush = 0
         self._last_flush_ns = self._start_ns
+        self._events_per_step: float | None = None
+        self._min_gap_ns = int(config.flush_min_gap_s * 1e9)
         self._kineto: Any = None
         self._sampler: Any = None
         self._writer: RankWriter | None = None
@@ -180,9 +182,15 @@ class Session:
         expired = self._deadline_ns is not None and now >= self._deadline_ns
         last = self.config.last_step
         want = self.config.wants_step(step) and not expired
+        since = now - self._last_flush_ns
         due = (
-            self._steps_since_flush >= self.config.flush_every_steps
-            or now - self._last_flush_ns >= self.config.flush_every_s * 1e9
+            # every N steps, but not more often than flush_min_gap_s: a flush has fixed costs
+            (self._steps_since_flush >= self.config.flush_every_steps and since >= self._min_gap_ns)
+            or since >= self.config.flush_every_s * 1e9
+            # Kineto's buffers grow with events: bounded by the rate seen in the last window (the
+            # first file comes after one step, to learn that rate)
+            or (self._kineto is not None and self._steps_since_flush >= 1 and self._events_per_step is None)
+            or (self._events_per_step or 0) * self._steps_since_flush >= self.config.max_buffered_events
         )
         if self.recording and (not want or due):
             self._flush(restart=want)
@@ -221,6 +229,7 @@ class Session:
         writer = self._writer
         if writer is None:
             return
+        steps = self._steps_since_flush
         self._steps_since_flush = 0
         self._last_flush_ns = time.time_ns()
         if self._kineto is not None and self._kineto.running:
@@ -230,6 +239,7 @@ class Session:
                 # Read here, before Kineto starts again (see KinetoSession.stop); typing and
                 # writing the rows happen on the writer's thread.
                 raw = torch_backend.kineto_rows(self._kineto.stop())
+                self._events_per_step = raw.num_rows / max(steps, 1)
             except Exception as exc:
                 self._note(f"PyTorch's profiler failed and was switched off: {exc}")
                 self._kineto = None

@@ -42,7 +42,8 @@ log = logging.getLogger("hyperscope.capture")
 
 #: Work items waiting for the writer. A full queue means the disk is slower than the run: the
 #: training thread then waits up to ``_PUT_TIMEOUT_S`` before the item is dropped and counted.
-_QUEUE_ITEMS: Final = 8
+_QUEUE_ITEMS: Final = 4
+_ZSTD_LEVEL: Final = 9
 _PUT_TIMEOUT_S: Final = 5.0
 
 #: A unit of work: returns which table it filled ("events" or "samples") and the rows.
@@ -175,7 +176,7 @@ class RankWriter:
         final = self.dir / table_name / name
         tmp = final.with_name(f".{name}.tmp")
         try:
-            write_part(table, tmp)
+            write_part(table, tmp, level=_ZSTD_LEVEL)
             os.replace(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)

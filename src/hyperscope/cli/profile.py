@@ -59,7 +59,10 @@ def profile(
     ] = True,
     flush_steps: Annotated[
         int, typer.Option(help="Write a file every N recorded steps (bounds memory).", metavar="N")
-    ] = 50,
+    ] = 10,
+    flush_min_gap: Annotated[
+        float, typer.Option(help="...but at most one file per this many seconds.", metavar="SECONDS")
+    ] = 1.0,
     home: Annotated[
         Path | None,
         typer.Option(help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.", metavar="DIR"),
@@ -91,6 +94,7 @@ def profile(
             sample_interval_s=sample_interval,
             perf_counters=perf_counters,
             flush_every_steps=flush_steps,
+            flush_min_gap_s=flush_min_gap,
             home=home,
         )
         result = run(command, config)

@@ -117,11 +117,12 @@ def write_events(
     return rows
 
 
-def write_part(table: pa.Table, path: Path) -> None:
+def write_part(table: pa.Table, path: Path, *, level: int = 19) -> None:
     """One Parquet file of already sorted rows, in the compact layout of the event schema.
 
     pyarrow with zstd 19, per-column encodings and one shared dictionary: where fixed costs weigh
-    most (small imports, the parts of a capture), its file is 1.6x smaller than DuckDB's.
+    most (small imports, the parts of a capture), its file is 1.6x smaller than DuckDB's. A
+    capture writes at ``level`` 9: 8.7x faster than 19 for 9% more bytes (measured on CPU ops).
     """
     schema = EVENT_SCHEMA if "kind" in table.column_names else SAMPLE_SCHEMA
     strings = [f.name for f in schema if f.type == pa.string()]
@@ -129,7 +130,7 @@ def write_part(table: pa.Table, path: Path) -> None:
         path,
         schema,
         compression="zstd",
-        compression_level=19,
+        compression_level=level,
         use_dictionary=strings,
         column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS if c in schema.names},
         write_statistics=[c for c in (*STATS_COLUMNS, "metric") if c in schema.names],
