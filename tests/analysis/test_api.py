@@ -39,3 +39,11 @@ def test_tables_serialize_to_plain_json() -> None:
         "rows": [{"lo_ns": 0, "hi_ns": 10, "count": 3}],
         "notes": ["note"],
     }
+
+
+def test_memory_limit_grows_only_for_large_profiles() -> None:
+    from hyperscope.analysis._common import LARGE_PROFILE_EVENTS, MEMORY_LIMIT, memory_limit
+
+    assert memory_limit(10_000_000) == MEMORY_LIMIT == "1GB"
+    large = memory_limit(LARGE_PROFILE_EVENTS + 1)
+    assert large.endswith("MB") and 1024 <= int(large[:-2]) <= 8 * 1024

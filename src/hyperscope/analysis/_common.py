@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, Final, Generic, TypeVar
 
 import duckdb
+import psutil
 
 from hyperscope.errors import UsageError
 from hyperscope.store.profile import Profile
@@ -27,7 +28,18 @@ from hyperscope.store.profile import Profile
 Source = Profile | duckdb.DuckDBPyConnection
 
 #: DuckDB's memory on connections the analyses open themselves; beyond it, sorts spill to disk.
+#: Profiles above LARGE_PROFILE_EVENTS get up to LARGE_MEMORY_BYTES (at most half of what is free):
+#: at 100M events, spilling the sorts to disk under 1 GB took 123 s against 87 s with 8 GB.
 MEMORY_LIMIT: Final = "1GB"
+LARGE_PROFILE_EVENTS: Final = 20_000_000
+LARGE_MEMORY_BYTES: Final = 8 << 30
+
+
+def memory_limit(events: int) -> str:
+    if events <= LARGE_PROFILE_EVENTS:
+        return MEMORY_LIMIT
+    free = psutil.virtual_memory().available
+    return f"{max(1 << 30, min(LARGE_MEMORY_BYTES, free // 2)) >> 20}MB"
 
 #: Device-side work, as the schema's kinds name it. ``sync`` is not work: a GPU waiting on an event
 #: is idle, which is where our definition of "busy" departs from HTA's (see docs/analysis.md).
@@ -145,16 +157,17 @@ class Table(Generic[R]):
 def connection(source: Source) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection for one analysis: a profile's own (closed after), or the caller's (left open).
 
-    On its own connections DuckDB gets ``MEMORY_LIMIT`` and a private spill directory: a dashboard
-    over 100M events sorts by spilling to disk instead of taking most of the machine's memory
-    (DuckDB's default is 80% of RAM). A caller's connection keeps the caller's settings.
+    On its own connections DuckDB gets ``memory_limit(events)`` and a private spill directory: a
+    dashboard over 100M events sorts within a bound, spilling to disk, instead of taking most of the
+    machine's memory (DuckDB's default is 80% of RAM; it took 11 GB). A caller's connection keeps
+    the caller's settings.
     """
     if isinstance(source, Profile):
         con = source.connect()
         spill = tempfile.mkdtemp(prefix="hyperscope-analysis-")
         try:
             con.execute("SET enable_progress_bar = false")
-            con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+            con.execute(f"SET memory_limit = '{memory_limit(source.meta.events)}'")
             con.execute(f"SET temp_directory = '{spill.replace(chr(39), chr(39) * 2)}'")
             yield con
         finally:
