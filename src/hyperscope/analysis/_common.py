@@ -41,6 +41,7 @@ def memory_limit(events: int) -> str:
     free = psutil.virtual_memory().available
     return f"{max(1 << 30, min(LARGE_MEMORY_BYTES, free // 2)) >> 20}MB"
 
+
 #: Device-side work, as the schema's kinds name it. ``sync`` is not work: a GPU waiting on an event
 #: is idle, which is where our definition of "busy" departs from HTA's (see docs/analysis.md).
 DEVICE_WORK_KINDS: Final = ("kernel", "memcpy", "memset")
@@ -342,7 +343,7 @@ _PREV_END: Final = """max(t_end) OVER (PARTITION BY rank, device, kind = 'sync' 
 
 class Prepared:
     """A connection with a scope resolved once: windows, notes, and the scoped relations every
-    analysis reads (device ops, host work, launches), optionally materialized as temp tables.
+    analysis reads (device ops with their launch times, host work), optionally materialized.
 
     Analyses accept one in place of a source, so a dashboard resolves the scope and reads the
     Parquet files once for all its tables instead of once per table. ``cache`` keeps results that
@@ -365,16 +366,25 @@ class Prepared:
             "e.kind IN ('runtime', 'driver') AND e.correlation IS NOT NULL",
             "e.rank, e.correlation, e.ts_ns AS launch_ts",
         )
-        columns = f"rank, device, kind, {BIT_SQL} AS bit, correlation, ts_ns, s, t_end"
-        self.devn = f"(SELECT {columns} FROM ({dev}))"
+        # Each device op carries the start of the runtime/driver call that launched it (the first,
+        # should a correlation id repeat): latency, outliers and idle causes need no join of their own.
+        first_launch = (
+            f"(SELECT rank, correlation, min(launch_ts) AS launch_ts FROM ({launches}) GROUP BY ALL)"
+        )
+        columns = (
+            f"d.rank, d.device, d.kind, {BIT_SQL} AS bit, d.correlation, d.ts_ns, d.s, d.t_end, l.launch_ts"
+        )
+        joined = (
+            f"SELECT {columns} FROM ({dev}) d LEFT JOIN {first_launch} l "
+            "ON d.rank = l.rank AND d.correlation = l.correlation"
+        )
+        self.devn = f"({joined})"
         self.host = f"(SELECT rank, coalesce(tid, -1) AS tid, s, t_end FROM ({host}))"
-        self.launches = f"({launches})"
         self.materialized = materialize
         if materialize:
-            # Numbers only, and one table per kind of row: at 100M events these spill to disk.
-            # The device table carries prev_end (see dev_prev) so its window is sorted once.
-            self.devn = self._materialize("devn", f"SELECT {columns}, {_PREV_END} FROM ({dev})")
-            self.launches = self._materialize("launches", self.launches)
+            # Numbers only: at 100M events this spills to disk. It carries prev_end (see dev_prev)
+            # so each GPU's ops are sorted once.
+            self.devn = self._materialize("devn", f"SELECT *, {_PREV_END} FROM ({joined})")
 
     def _materialize(self, name: str, sql: str) -> str:
         table = f"_hs_{name}_{id(self):x}"
@@ -394,7 +404,7 @@ class Prepared:
         Idle gaps (``s > prev_end``) and covered pieces (``t_end > greatest(s, prev_end)``) both
         come from it, so the dashboard sorts each GPU's ops once for both.
         """
-        cols = "rank, device, correlation, s, t_end"
+        cols = "rank, device, correlation, s, t_end, launch_ts"
         if self.materialized:
             return f"(SELECT {cols}, prev_end FROM {self.devn} WHERE kind <> 'sync')"
         return f"(SELECT {cols}, {_PREV_END} FROM (SELECT * FROM {self.devn} WHERE kind <> 'sync'))"

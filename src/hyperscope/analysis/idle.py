@@ -50,10 +50,8 @@ def idle_breakdown(
         found = rows(
             con,
             f"""WITH o AS (SELECT * FROM {ctx.dev_prev()}),
-                l AS (SELECT rank, correlation, min(launch_ts) AS launch_ts FROM {ctx.launches} GROUP BY ALL),
-                g AS (SELECT o.rank, w.node, o.s - o.prev_end AS gap, o.prev_end, l.launch_ts
+                g AS (SELECT o.rank, w.node, o.s - o.prev_end AS gap, o.prev_end, o.launch_ts
                       FROM o JOIN {windows_sql(windows)} w ON o.rank = w.rank
-                      LEFT JOIN l ON l.rank = o.rank AND l.correlation = o.correlation
                       WHERE o.s > o.prev_end)
                 SELECT {level.key_sql()} AS grp,
                        CASE WHEN launch_ts > prev_end THEN 'host wait'

@@ -49,9 +49,9 @@ class LatencyOutlierRow:
 
 def _pairs_sql(ctx: Prepared) -> str:
     """Launch → device op pairs (numbers only: statistics over millions of launches)."""
-    return f"""SELECT l.rank, w.node, l.launch_ts, d.ts_ns - l.launch_ts AS latency
-               FROM {ctx.launches} l JOIN {ctx.devn} d ON l.rank = d.rank AND l.correlation = d.correlation
-               JOIN {windows_sql(ctx.windows)} w ON l.rank = w.rank WHERE d.kind <> 'sync'"""
+    return f"""SELECT d.rank, w.node, d.launch_ts, d.ts_ns - d.launch_ts AS latency
+               FROM {ctx.devn} d JOIN {windows_sql(ctx.windows)} w ON d.rank = w.rank
+               WHERE d.kind <> 'sync' AND d.launch_ts IS NOT NULL"""
 
 
 def launch_latency(
@@ -98,11 +98,9 @@ def latency_outliers(
         con = ctx.con
         found = rows(
             con,
-            f"""WITH top AS (SELECT l.rank, l.correlation, l.launch_ts,
-                                    d.ts_ns - l.launch_ts AS latency
-                             FROM {ctx.launches} l JOIN {ctx.devn} d
-                             ON l.rank = d.rank AND l.correlation = d.correlation WHERE d.kind <> 'sync'
-                             ORDER BY latency DESC, l.rank, l.launch_ts LIMIT {int(top_k)}),
+            f"""WITH top AS (SELECT rank, correlation, launch_ts, ts_ns - launch_ts AS latency
+                             FROM {ctx.devn} WHERE kind <> 'sync' AND launch_ts IS NOT NULL
+                             ORDER BY latency DESC, rank, launch_ts LIMIT {int(top_k)}),
                     named AS (SELECT e.rank, e.correlation,
                                      any_value(e.name) FILTER (WHERE e.kind IN {_HOST}) AS launch,
                                      any_value(e.name) FILTER (WHERE e.kind NOT IN {_HOST}) AS kernel
