@@ -336,9 +336,10 @@ def scope_notes(windows: Sequence[Window], scope: Scope, con: duckdb.DuckDBPyCon
     return notes
 
 
-#: The furthest end among a GPU's earlier work (by start), sync rows apart from the rest.
-_PREV_END: Final = """max(t_end) OVER (PARTITION BY rank, device, kind = 'sync' ORDER BY s, t_end
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end"""
+#: The furthest end among a GPU's earlier work (by start); sync rows are not work.
+_PREV_END: Final = """max(t_end) FILTER (WHERE kind <> 'sync')
+    OVER (PARTITION BY rank, device ORDER BY s, t_end ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    AS prev_end"""
 
 
 class Prepared:
