@@ -4,8 +4,9 @@ shape of an answer.
 Analyses are pure functions ``(source, Scope, parameters) → Table``. A source is a stored
 :class:`~hyperscope.store.profile.Profile` or a DuckDB connection that already has the views
 ``events`` and ``samples`` (what ``Profile.connect()`` gives), so a server can keep one connection
-open and the tests can hand in their own. Nothing here writes to the connection: the scope becomes
-inline SQL, so two analyses on one connection never see each other's state.
+open and the tests can hand in their own. The scope becomes inline SQL, so two analyses on one
+connection never see each other's state; only a materializing ``Prepared`` (what ``dashboard()``
+uses, on a connection of its own) creates temp tables, and drops them when done.
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ DEVICE_WORK_KINDS: Final = ("kernel", "memcpy", "memset")
 #: Host-side events that are the CPU doing something (not markers such as annotations or steps).
 HOST_WORK_KINDS: Final = ("cpu_op", "python", "runtime", "driver")
 
-STEP_NAME_RE: Final = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-#: DuckDB's spelling of the same pattern (RE2).
+#: The step number of a ``ProfilerStep#N`` name (RE2, as DuckDB reads it).
 STEP_NAME_SQL: Final = r"ProfilerStep\s*#\s*(\d+)"
 
 
