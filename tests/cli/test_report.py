@@ -53,6 +53,7 @@ def test_report_hta_tables(home: Path) -> None:
         (["--rank", "9"], 2, "rank 9: not in this profile"),
         (["--top", "0"], 2, "--top 0"),
         (["--hta", "--rank", "0"], 2, "--hta covers the whole profile"),
+        (["--annotation", "nope"], 2, "annotation 'nope': none in scope"),
     ],
 )
 def test_report_bad_values_name_the_field(home: Path, args: list[str], code: int, message: str) -> None:
@@ -68,3 +69,16 @@ def test_report_unknown_job(home: Path) -> None:
 def test_report_help(home: Path) -> None:
     text = run(home, "report", "--help").stdout
     assert "--steps" in text and "--json" in text and "--home" in text
+
+
+def test_report_annotation_on_a_real_trace(tmp_path: Path) -> None:
+    from tests.conftest import shared_trace_set
+
+    files = shared_trace_set("dlrm")
+    run(tmp_path, "import", *map(str, files), "--job", "dlrm")
+    tables = json.loads(run(tmp_path, "report", "dlrm", "--json", "--annotation", "## forward ##").stdout)[
+        "tables"
+    ]
+    stats = tables["annotation"]["rows"]
+    assert [r["name"] for r in stats] == ["## forward ##"] and stats[0]["count"] == 8  # one per rank
+    assert sum(b["count"] for b in tables["annotation_histogram"]["rows"]) == 8

@@ -16,7 +16,16 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from hyperscope.analysis import Scope, Table, dashboard, hta, parse_steps, to_json
+from hyperscope.analysis import (
+    Scope,
+    Table,
+    annotation_histogram,
+    annotation_stats,
+    dashboard,
+    hta,
+    parse_steps,
+    to_json,
+)
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.store import Store
 
@@ -60,6 +69,10 @@ def report(
         typer.Option(help="Only steps A to B of ProfilerStep#N, inclusive (e.g. 3:7, or 5).", metavar="A:B"),
     ] = None,
     top: Annotated[int, typer.Option(help="Kernels and annotations to list.", metavar="N")] = 15,
+    annotation: Annotated[
+        str | None,
+        typer.Option(help="Also the duration statistics and histogram of this annotation.", metavar="NAME"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts (every table).")] = False,
     hta_mode: Annotated[
         bool,
@@ -89,6 +102,9 @@ def report(
         with Store(home) as store:
             profile = store.profile(job)
             tables: dict[str, Table[Any]] = dashboard(profile, scope, top_k=top)
+            if annotation is not None:
+                tables["annotation"] = annotation_stats(profile, scope, name=annotation)
+                tables["annotation_histogram"] = annotation_histogram(profile, annotation, scope)
             if hta_mode:
                 if scope != Scope():
                     raise UsageError("--hta covers the whole profile as HTA does; drop --rank and --steps")
@@ -100,7 +116,8 @@ def report(
         out.print_json(json.dumps({**payload, "tables": to_json(tables)}))
         return
     # HTA's kernel table (top kernels per rank and type) goes to JSON only: long, and ours is above
-    names = [*_SHOWN, *(k for k in tables if k.startswith("hta_") and k != "hta_kernels")]
+    names = [*_SHOWN, *(k for k in tables if k.startswith("annotation_") or k == "annotation")]
+    names += [k for k in tables if k.startswith("hta_") and k != "hta_kernels"]
     for name in names:
         _print_table(tables[name])
 
