@@ -5,6 +5,7 @@ variants live in :mod:`hyperscope.analysis.hta`.
 
 from hyperscope.analysis import hta
 from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, parse_steps
+from hyperscope.analysis._prepared import Prepared
 from hyperscope.analysis.annotations import AnnotationRow, annotation_histogram, annotation_stats
 from hyperscope.analysis.breakdown import GpuTimeRow, TypeSegmentRow, gpu_time, kernel_type_segments
 from hyperscope.analysis.cpu import CpuTimeRow, CpuUtilizationRow, cpu_time, cpu_utilization
@@ -52,6 +53,7 @@ __all__ = [
     "Level",
     "MemoryOpRow",
     "PrecisionRow",
+    "Prepared",
     "RankRow",
     "Scope",
     "Source",

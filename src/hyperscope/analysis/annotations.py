@@ -8,14 +8,13 @@ from dataclasses import dataclass
 
 from hyperscope.analysis._common import (
     ALL,
-    Prepared,
     Scope,
     Source,
     Table,
-    prepared,
     rows,
     scoped_events_sql,
 )
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.analysis.steps import HistogramBin, histogram
 from hyperscope.errors import UsageError
 

@@ -15,13 +15,12 @@ from hyperscope.analysis._common import (
     ALL,
     TYPE_BITS,
     Level,
-    Prepared,
     Scope,
     Source,
     Table,
-    prepared,
     rows,
 )
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.analysis.intervals import sweep_sql
 
 _COMP, _COMM, _MEM = TYPE_BITS["computation"], TYPE_BITS["communication"], TYPE_BITS["memory"]

@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from hyperscope.analysis._common import (
     ALL,
     Level,
-    Prepared,
     Scope,
     Source,
     Table,
-    prepared,
     rows,
 )
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.analysis.gpu import _bucket_ns
 from hyperscope.analysis.intervals import bucket_sum_sql, pieces_sql
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hyperscope.analysis._common import ALL, Level, Prepared, Scope, Source, Table, connection
+from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, connection
+from hyperscope.analysis._prepared import Prepared
 from hyperscope.analysis.annotations import annotation_stats
 from hyperscope.analysis.breakdown import gpu_time, kernel_type_segments
 from hyperscope.analysis.cpu import cpu_time, cpu_utilization

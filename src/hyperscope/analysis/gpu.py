@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from hyperscope.analysis._common import (
     ALL,
     Level,
-    Prepared,
     Scope,
     Source,
     Table,
     device_ops_sql,
-    prepared,
     rows,
 )
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.analysis.intervals import bucket_sum_sql
 from hyperscope.errors import UsageError
 

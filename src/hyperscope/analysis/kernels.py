@@ -15,14 +15,13 @@ from typing import Final
 from hyperscope.analysis._common import (
     ALL,
     TYPE_SQL,
-    Prepared,
     Scope,
     Source,
     Table,
     device_ops_sql,
-    prepared,
     rows,
 )
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.errors import UsageError
 
 PRECISIONS: Final = ("FP8", "INT8", "BF16", "FP16", "TF32", "FP32", "INT32", "FP64", "other")

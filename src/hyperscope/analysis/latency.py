@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from hyperscope.analysis._common import (
     ALL,
     Level,
-    Prepared,
     Scope,
     Source,
     Table,
-    prepared,
     rows,
     windows_sql,
 )
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.errors import UsageError
 
 _HOST = "('runtime', 'driver')"

@@ -13,7 +13,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from hyperscope.analysis._common import ALL, Level, Prepared, Scope, Source, Table, prepared
+from hyperscope.analysis._common import ALL, Level, Scope, Source, Table
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.analysis.breakdown import gpu_time
 from hyperscope.analysis.steps import step_time_stats, step_times
 from hyperscope.errors import UsageError

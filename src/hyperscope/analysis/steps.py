@@ -21,15 +21,14 @@ from hyperscope.analysis._common import (
     ALL,
     STEP_NAME_SQL,
     Level,
-    Prepared,
     Scope,
     Source,
     Table,
     percentile,
-    prepared,
     rows,
     windows_sql,
 )
+from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.errors import UsageError
 
 #: A last step shorter than this share of the rank's median step is a profiler stub.
