@@ -317,3 +317,24 @@ def test_names_that_are_not_utf8_do_not_stop_the_capture() -> None:
 
     assert _name(Garbled()) == UNDECODABLE
     assert "not UTF-8" in _meta(Garbled())
+
+
+def test_slicing_large_windows_changes_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows are read and typed in slices to bound memory; the rows are the same."""
+    from hyperscope.capture import torch_backend
+    from hyperscope.capture.torch_backend import Activities, KinetoSession, kineto_rows, typed_rows
+
+    model, kineto = _model(), KinetoSession(Activities(cpu=True, cuda=False))
+    kineto.start()
+    for _ in range(3):
+        model(torch.randn(4, 32)).sum().backward()
+    raw = kineto_rows(kineto.stop())
+    con = duckdb.connect()
+    whole = typed_rows(raw, rank=0, node="n", con=con)
+    monkeypatch.setattr(torch_backend, "_SLICE_ROWS", 37)
+    sliced = typed_rows(raw, rank=0, node="n", con=con)
+    assert raw.num_rows > 37 * 3 and sliced.num_rows == whole.num_rows
+    con.register("whole", whole)
+    con.register("sliced", sliced)
+    in_order = "SELECT * FROM {} ORDER BY ALL"
+    assert con.sql(in_order.format("sliced")).fetchall() == con.sql(in_order.format("whole")).fetchall()

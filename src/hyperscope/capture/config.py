@@ -60,7 +60,7 @@ class ProfilerConfig:
     flush_min_gap_s: float = 1.0
     #: events kept in memory between files: PyTorch's (estimated from the rate of the last file)
     #: bring the next file forward; annotations beyond it are dropped and counted
-    max_buffered_events: int = 500_000
+    max_buffered_events: int = 100_000
     #: extra facts to keep with the profile (model, dataset, git commit, ...)
     tags: Mapping[str, str] = field(default_factory=dict)
 

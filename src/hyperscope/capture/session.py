@@ -268,7 +268,7 @@ def _typed_events(raw: pa.Table, rank: int, node: str) -> pa.Table:
 
     con = getattr(_CONNECTIONS, "con", None)
     if con is None:  # one small DuckDB per writer thread, kept for the whole run
-        con = duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
+        con = duckdb.connect(config={"threads": 1, "memory_limit": "128MB"})
         con.execute("SET enable_progress_bar = false")
         _CONNECTIONS.con = con
     return typed_rows(raw, rank=rank, node=node, con=con)

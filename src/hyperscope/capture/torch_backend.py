@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY
-from hyperscope.store._sql import rows
+from hyperscope.store._sql import rows as rows_sql
 
 #: Categories whose own correlation id is a CUDA correlation, not a link to a CPU op (Kineto export).
 _DEVICE_SIDE: Final = frozenset(
@@ -27,6 +27,7 @@ _DEVICE_SIDE: Final = frozenset(
 )
 _FLOW_NAMES: Final = {1: "fwdbwd", 2: "ac2g"}
 _NO_RESOURCE: Final = -(2**63)
+_SLICE_ROWS: Final = 65_536
 #: The CPU op whose args describe an NCCL collective; Kineto copies them onto the kernel it launched.
 _COMMS_OP: Final = "record_param_comms"
 
@@ -149,7 +150,7 @@ def _meta(act: Any) -> str:
         return '"hyperscope": "args not UTF-8, dropped"'
 
 
-def _trace_rows(result: Any) -> list[tuple[Any, ...]]:
+def _trace_rows(result: Any) -> Iterator[list[tuple[Any, ...]]]:
     """(ph, cat, name, pid, tid, ts_ns, dur_ns, id, bp, args) of every activity, as Kineto exports them.
 
     This loop runs on the training thread (see ``KinetoSession.stop``), once per event: it makes
@@ -158,6 +159,10 @@ def _trace_rows(result: Any) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = []
     add = rows.append
     for act in result.trace_activities():
+        if len(rows) >= _SLICE_ROWS:  # Python tuples cost ~10x their Arrow form: convert often
+            yield rows
+            rows = []
+            add = rows.append
         cat = act.type()
         ts = act.timestamp()
         pid = act.device_id()
@@ -190,7 +195,7 @@ def _trace_rows(result: Any) -> list[tuple[Any, ...]]:
                 add(("s", flow_cat, flow_cat, pid, tid, ts, None, flow, None, None))
             else:
                 add(("f", flow_cat, flow_cat, pid, tid, ts, None, flow, "e", None))
-    return rows
+    yield rows
 
 
 def _event_rows(result: Any) -> Iterator[tuple[Any, ...]]:
@@ -218,13 +223,14 @@ def _event_rows(result: Any) -> Iterator[tuple[Any, ...]]:
 
 def kineto_rows(result: Any) -> pa.Table:
     """Kineto's activities as a table of raw rows (before typing)."""
-    rows = _trace_rows(result) if hasattr(result, "trace_activities") else list(_event_rows(result))
-    if not rows:
-        return _RAW_SCHEMA.empty_table()
-    columns = zip(*rows, strict=True)  # one transposition in C, not a loop per value
-    return pa.Table.from_arrays(
-        [pa.array(c, type=f.type) for c, f in zip(columns, _RAW_SCHEMA, strict=True)], schema=_RAW_SCHEMA
-    )
+    slices = _trace_rows(result) if hasattr(result, "trace_activities") else [list(_event_rows(result))]
+    batches = []
+    for chunk in slices:
+        if chunk:
+            columns = zip(*chunk, strict=True)  # one transposition in C, not a loop per value
+            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, _RAW_SCHEMA, strict=True)]
+            batches.append(pa.RecordBatch.from_arrays(arrays, schema=_RAW_SCHEMA))
+    return pa.Table.from_batches(batches, schema=_RAW_SCHEMA)
 
 
 def kineto_table(result: Any, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:
@@ -233,14 +239,24 @@ def kineto_table(result: Any, *, rank: int, node: str, con: duckdb.DuckDBPyConne
 
 
 def typed_rows(raw: pa.Table, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """Raw rows (``kineto_rows``) typed by the importer's SQL; safe on any thread."""
+    """Raw rows (``kineto_rows``) typed by the importer's SQL, a slice at a time (DuckDB's memory
+    for JSON grows with its input); safe on any thread."""
     if raw.num_rows == 0:
         return EVENT_SCHEMA.empty_table()
+    parts = [
+        _typed_slice(raw.slice(start, _SLICE_ROWS), rank=rank, node=node, con=con)
+        for start in range(0, raw.num_rows, _SLICE_ROWS)
+    ]
+    table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    return table.sort_by([(k, "ascending") for k in SORT_KEY]) if len(parts) > 1 else table
+
+
+def _typed_slice(raw: pa.Table, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:
     con.register("kineto_rows", raw)
     try:
         con.execute(_AS_RAW)
         names = ", ".join(f.name for f in EVENT_SCHEMA)
-        table = con.sql(f"SELECT {names} FROM ({rows(rank, node)}) ORDER BY {', '.join(SORT_KEY)}")
+        table = con.sql(f"SELECT {names} FROM ({rows_sql(rank, node)}) ORDER BY {', '.join(SORT_KEY)}")
         return table.to_arrow_table().cast(EVENT_SCHEMA)
     finally:
         con.unregister("kineto_rows")
