@@ -191,6 +191,8 @@ class Window:
     node: str
     lo_ns: int
     hi_ns: int
+    #: the rank's whole extent, nothing cut: every timed event lies inside, no clipping needed
+    full: bool = False
 
 
 def rank_windows(con: duckdb.DuckDBPyConnection, scope: Scope) -> list[Window]:
@@ -218,7 +220,8 @@ def rank_windows(con: duckdb.DuckDBPyConnection, scope: Scope) -> list[Window]:
         ):
             steps[int(rank)] = (int(lo), int(hi))
     out = []
-    for rank, node, lo, hi in found:
+    for rank, node, rank_lo, rank_hi in found:
+        lo, hi = rank_lo, rank_hi
         if scope.ranks is not None and rank not in scope.ranks:
             continue
         if scope.nodes is not None and (node or "") not in scope.nodes:
@@ -233,7 +236,8 @@ def rank_windows(con: duckdb.DuckDBPyConnection, scope: Scope) -> list[Window]:
         if scope.end_ns is not None:
             hi = min(hi, scope.end_ns)
         if hi > lo:
-            out.append(Window(int(rank), str(node or ""), lo, hi))
+            whole = (lo, hi) == (int(rank_lo), int(rank_hi))
+            out.append(Window(int(rank), str(node or ""), lo, hi, whole))
     return out
 
 
@@ -281,8 +285,12 @@ def scoped_events_sql(windows: Sequence[Window], where: str, columns: str = "e.*
     ``s`` and ``t_end`` are the clipped start and end; ``ts_ns``/``dur_ns`` stay as recorded so
     per-event statistics (a kernel's duration) are never cut short by a window edge.
     """
-    return f"""SELECT {columns}, greatest(e.ts_ns, w.lo) AS s, least(e.ts_ns + e.dur_ns, w.hi) AS t_end,
-                      w.lo AS win_lo, w.hi AS win_hi
+    if windows and all(w.full for w in windows):
+        # The unscoped case, the dashboard's default: no join, no clipping (a no-op here).
+        ranks = ", ".join(str(w.rank) for w in windows)
+        return f"""SELECT {columns}, e.ts_ns AS s, e.ts_ns + e.dur_ns AS t_end FROM events e
+                   WHERE e.dur_ns IS NOT NULL AND e.rank IN ({ranks}) AND ({where})"""
+    return f"""SELECT {columns}, greatest(e.ts_ns, w.lo) AS s, least(e.ts_ns + e.dur_ns, w.hi) AS t_end
                FROM events e JOIN {windows_sql(windows)} w ON e.rank = w.rank
                WHERE e.dur_ns IS NOT NULL AND e.ts_ns < w.hi AND e.ts_ns + e.dur_ns > w.lo
                  AND ({where})"""
