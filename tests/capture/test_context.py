@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hyperscope.capture.context import DistContext
 
 
@@ -48,3 +50,18 @@ def test_single_process() -> None:
 
 def test_world_size_covers_the_rank() -> None:
     assert DistContext.detect({"RANK": "4"}).world_size == 5
+
+
+def test_an_initialised_process_group_names_the_rank() -> None:
+    """Ranks started by mp.spawn have no RANK variable; their process group knows better."""
+    dist = pytest.importorskip("torch.distributed")
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this test process")
+    guessed = DistContext(rank=2, local_rank=0, world_size=3, node="n", run_id="r")
+    assert guessed.refined() == guessed  # no process group: nothing to correct
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        fixed = guessed.refined()
+    finally:
+        dist.destroy_process_group()
+    assert (fixed.rank, fixed.world_size, fixed.run_id) == (0, 1, "r")

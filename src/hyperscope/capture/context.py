@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Any, Final
 
 _RANK_VARS: Final = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 _LOCAL_VARS: Final = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
@@ -45,11 +46,14 @@ class DistContext:
         )
 
     def refined(self) -> DistContext:
-        """This context corrected by an initialised ``torch.distributed`` process group, if any."""
-        try:
-            import torch.distributed as dist
+        """This context corrected by an initialised ``torch.distributed`` process group, if any.
 
-            if dist.is_available() and dist.is_initialized():
+        A script that starts profiling after ``init_process_group`` (ranks started by
+        ``mp.spawn`` carry no rank in their environment) is named right this way.
+        """
+        dist: Any = sys.modules.get("torch.distributed")  # never import torch for this
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
                 return replace(self, rank=dist.get_rank(), world_size=dist.get_world_size())
         except Exception:  # a broken or absent torch must not stop capture
             pass

@@ -36,7 +36,7 @@ _CAT: Final = "user_annotation"
 class Session:
     def __init__(self, config: ProfilerConfig, ctx: DistContext | None = None) -> None:
         self.config = config
-        self.ctx = ctx or DistContext.detect()
+        self.ctx = ctx or DistContext.detect().refined()
         # Ranks of one run must agree on the job without talking: unnamed, it is named after the run.
         self.job = config.job_name(self.ctx.profile_id("")[:8] if self.ctx.world_size > 1 else None)
         self.profile_id = self.ctx.profile_id(self.job)
