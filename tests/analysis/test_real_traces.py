@@ -84,6 +84,8 @@ def test_amd_partial_last_step(real_profile: Callable[[str], Profile]) -> None:
     table = step_times(real_profile("amd"))
     last = max(table.rows, key=lambda r: r.start_ns)
     assert last.partial and not any(r.partial for r in table.rows if r is not last)
+    # ProfilerStep#1 also appears as a gpu_user_annotation: a projection of the step, not a repeat
+    assert [r.step for r in table.rows] == [1, 2] and not any(r.repeated for r in table.rows)
     assert any("is partial" in n for n in table.notes)
 
 
