@@ -16,6 +16,7 @@ def test_all_is_complete_and_sorted() -> None:
         "cpu",
         "dashboard",
         "gpu",
+        "gpupass",
         "groundtruth",
         "idle",
         "intervals",

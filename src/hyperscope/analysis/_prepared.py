@@ -3,14 +3,14 @@
 Resolving a scope costs a pass over the events (each rank's window), and the relations every
 analysis reads (scoped device operations with their launch times, host work) cost another each.
 A ``Prepared`` does that once; a materializing one keeps them as temp tables and shares derived
-results (the GPU sweep, covered pieces, the step table) through ``cache``.
+results (the GPU pass, the profiled threads' busy pieces, the step table) through ``cache``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any
 
 import duckdb
 
@@ -28,11 +28,6 @@ from hyperscope.analysis._common import (
     scope_notes,
     scoped_events_sql,
 )
-
-#: The furthest end among a GPU's earlier work (by start); sync rows are not work.
-_PREV_END: Final = """max(t_end) FILTER (WHERE kind <> 'sync')
-    OVER (PARTITION BY rank, device ORDER BY s, t_end ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-    AS prev_end"""
 
 
 class Prepared:
@@ -76,9 +71,8 @@ class Prepared:
         self.host = f"(SELECT rank, coalesce(tid, -1) AS tid, s, t_end FROM ({host}))"
         self.materialized = materialize
         if materialize:
-            # Numbers only: at 100M events this spills to disk. It carries prev_end (see dev_prev)
-            # so each GPU's ops are sorted once.
-            self.devn = self._materialize("devn", f"SELECT *, {_PREV_END} FROM ({joined})")
+            # Numbers only: at 100M events this spills to disk.
+            self.devn = self._materialize("devn", joined)
 
     def _materialize(self, name: str, sql: str) -> str:
         table = f"_hs_{name}_{id(self):x}"
@@ -91,17 +85,6 @@ class Prepared:
         if name not in self.cache:
             self.cache[name] = self._materialize(name, sql) if self.materialized else f"({sql})"
         return str(self.cache[name])
-
-    def dev_prev(self) -> str:
-        """Device work with ``prev_end``, the furthest end of the GPU's earlier ops (by start).
-
-        Idle gaps (``s > prev_end``) and covered pieces (``t_end > greatest(s, prev_end)``) both
-        come from it, so the dashboard sorts each GPU's ops once for both.
-        """
-        cols = "rank, device, correlation, s, t_end, launch_ts"
-        if self.materialized:
-            return f"(SELECT {cols}, prev_end FROM {self.devn} WHERE kind <> 'sync')"
-        return f"(SELECT {cols}, {_PREV_END} FROM (SELECT * FROM {self.devn} WHERE kind <> 'sync'))"
 
     def dev(self, kinds: Sequence[str] = DEVICE_WORK_KINDS) -> str:
         """Scoped device ops of ``kinds`` with every column (names, bytes), read from the store."""

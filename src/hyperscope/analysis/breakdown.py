@@ -18,10 +18,9 @@ from hyperscope.analysis._common import (
     Scope,
     Source,
     Table,
-    rows,
 )
 from hyperscope.analysis._prepared import Prepared, prepared
-from hyperscope.analysis.intervals import sweep_sql
+from hyperscope.analysis.gpupass import GpuSweep, gpu_pass
 
 _COMP, _COMM, _MEM = TYPE_BITS["computation"], TYPE_BITS["communication"], TYPE_BITS["memory"]
 
@@ -62,44 +61,15 @@ class TypeSegmentRow:
     pct_of_busy: float
 
 
-@dataclass(frozen=True, slots=True)
-class _GpuSweep:
-    rank: int
-    node: str
-    device: int
-    span_ns: int
-    states: dict[int, int]  # state bitmask → ns (0 = idle)
-
-
-def sweep_gpus(ctx: Prepared) -> list[_GpuSweep]:
+def sweep_gpus(ctx: Prepared) -> list[GpuSweep]:
     """Per (rank, GPU): time in each state; span = scope window if explicit, else op extent.
 
-    Computed once per Prepared: gpu_time, kernel_type_segments and rank_comparison share it.
+    From the GPU pass (gpupass.py), computed once per Prepared for every table that needs it.
     """
-    cached = ctx.cache.get("gpu_sweep")
-    if cached is not None:
-        return list(cached)
-    ops = f"(SELECT rank, device, s, t_end, bit FROM {ctx.devn} WHERE kind <> 'sync')"
-    found = rows(
-        ctx.con,
-        f"SELECT rank, device, state, sum(dur)::BIGINT "
-        f"FROM ({sweep_sql(ops, ['rank', 'device'], [1, 2, 4])}) GROUP BY ALL ORDER BY ALL",
-    )
-    by_gpu: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
-    for rank, device, state, dur in found:
-        by_gpu[(int(rank), int(device))][int(state)] = int(dur)
-    win = {w.rank: w for w in ctx.windows}
-    out = []
-    for (rank, device), states in sorted(by_gpu.items()):
-        extent = sum(states.values())
-        span = win[rank].hi_ns - win[rank].lo_ns if ctx.explicit else extent
-        states[0] = states.get(0, 0) + (span - extent)
-        out.append(_GpuSweep(rank, win[rank].node, device, span, states))
-    ctx.cache["gpu_sweep"] = tuple(out)
-    return out
+    return list(gpu_pass(ctx).sweeps)
 
 
-def _group(sw: _GpuSweep, level: Level) -> str:
+def _group(sw: GpuSweep, level: Level) -> str:
     if level is Level.RANK:
         return str(sw.rank)
     return (sw.node or "?") if level is Level.NODE else "job"
@@ -114,7 +84,7 @@ def gpu_time(source: Source | Prepared, scope: Scope = ALL, level: Level = Level
     without = sorted({w.rank for w in windows} - {s.rank for s in sweeps})
     if without:
         notes.append(f"ranks {', '.join(map(str, without))} have no GPU events in scope")
-    groups: dict[tuple[str, int], list[_GpuSweep]] = defaultdict(list)
+    groups: dict[tuple[str, int], list[GpuSweep]] = defaultdict(list)
     for sw in sweeps:
         groups[(_group(sw, level), sw.device if level is Level.RANK else -1)].append(sw)
     out = []

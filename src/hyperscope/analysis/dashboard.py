@@ -11,7 +11,8 @@ from hyperscope.analysis._prepared import Prepared
 from hyperscope.analysis.annotations import annotation_stats
 from hyperscope.analysis.breakdown import gpu_time, kernel_type_segments
 from hyperscope.analysis.cpu import cpu_time, cpu_utilization
-from hyperscope.analysis.gpu import gpu_activity, gpu_utilization, memory_operations
+from hyperscope.analysis.gpu import _bucket_ns, gpu_activity, gpu_utilization, memory_operations
+from hyperscope.analysis.gpupass import gpu_pass
 from hyperscope.analysis.idle import idle_breakdown
 from hyperscope.analysis.kernels import kernel_precision, kernel_summary
 from hyperscope.analysis.latency import latency_outliers, launch_latency
@@ -33,6 +34,9 @@ def dashboard(
 
 def _tables(ctx: Prepared, top_k: int, buckets: int) -> dict[str, Table[Any]]:
     scope = ctx.scope
+    if ctx.windows:  # one GPU pass, at the utilization chart's bucket width, for four tables
+        span = max(w.hi_ns for w in ctx.windows) - min(w.lo_ns for w in ctx.windows)
+        gpu_pass(ctx, width_ns=_bucket_ns(span, buckets, None))
     steps = step_times(ctx, scope)
     return {
         "gpu_time": gpu_time(ctx, scope, Level.RANK),

@@ -22,7 +22,7 @@ from hyperscope.analysis._common import (
     rows,
 )
 from hyperscope.analysis._prepared import Prepared, prepared
-from hyperscope.analysis.intervals import bucket_sum_sql
+from hyperscope.analysis.gpupass import gpu_pass
 from hyperscope.errors import UsageError
 
 
@@ -96,32 +96,15 @@ def gpu_utilization(
             return Table(
                 "GPU utilization over time", UtilizationRow, _roll_up(found_rows, level), tuple(notes)
             )
-        merged = (
-            f"SELECT rank, '' AS node, device, greatest(s, coalesce(prev_end, s)) AS s, t_end "
-            f"FROM {ctx.dev_prev()} WHERE t_end > greatest(s, coalesce(prev_end, s))"
-        )
-        derived = rows(
-            con,
-            f"SELECT rank, node, device, b, busy "
-            f"FROM ({bucket_sum_sql(f'({merged})', ['rank', 'node', 'device'], lo, width)}) "
-            "ORDER BY ALL",
-        )
+        busy = gpu_pass(ctx, width_ns=width).busy  # buckets start at lo, the scope's first instant
     win = {w.rank: w for w in windows}
     out: list[UtilizationRow] = []
-    for rank, _node, device, b, busy in derived:
-        # A bucket that the rank's window cuts short is measured against the part inside it.
-        w = win[int(rank)]
-        inside = min(int(b) + width, w.hi_ns) - max(int(b), w.lo_ns)
-        out.append(
-            UtilizationRow(
-                w.node,
-                int(rank),
-                int(device),
-                int(b),
-                round(100 * int(busy) / inside, 3),
-                "busy time",
-            )
-        )
+    for (rank, device), buckets_ns in sorted(busy.items()):
+        w = win[rank]
+        for b, ns in sorted(buckets_ns.items()):
+            # A bucket that the rank's window cuts short is measured against the part inside it.
+            inside = min(b + width, w.hi_ns) - max(b, w.lo_ns)
+            out.append(UtilizationRow(w.node, rank, device, b, round(100 * ns / inside, 3), "busy time"))
     notes.append("no gpu_util_pct samples in this profile: utilization derived from device busy time")
     return Table("GPU utilization over time", UtilizationRow, _roll_up(out, level), tuple(notes))
 

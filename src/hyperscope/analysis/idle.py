@@ -20,10 +20,9 @@ from hyperscope.analysis._common import (
     Scope,
     Source,
     Table,
-    rows,
-    windows_sql,
 )
 from hyperscope.analysis._prepared import Prepared, prepared
+from hyperscope.analysis.gpupass import gpu_pass
 from hyperscope.errors import UsageError
 
 CAUSES = ("host wait", "launch gap", "other")
@@ -45,20 +44,17 @@ def idle_breakdown(
     if short_gap_ns < 0:
         raise UsageError(f"short_gap_ns {short_gap_ns}: expected a non-negative duration in ns")
     with prepared(source, scope) as ctx:
-        con, windows = ctx.con, ctx.windows
-        found = rows(
-            con,
-            f"""WITH o AS (SELECT * FROM {ctx.dev_prev()}),
-                g AS (SELECT o.rank, w.node, o.s - o.prev_end AS gap, o.prev_end, o.launch_ts
-                      FROM o JOIN {windows_sql(windows)} w ON o.rank = w.rank
-                      WHERE o.s > o.prev_end)
-                SELECT {level.key_sql()} AS grp,
-                       CASE WHEN launch_ts > prev_end THEN 'host wait'
-                            WHEN gap < {int(short_gap_ns)} THEN 'launch gap' ELSE 'other' END AS cause,
-                       count(*), sum(gap)
-                FROM g GROUP BY ALL ORDER BY ALL""",
-        )
+        result = gpu_pass(ctx, short_gap_ns=short_gap_ns)
+        nodes = {w.rank: w.node for w in ctx.windows}
         notes = list(ctx.notes)
+    acc: dict[tuple[str, str], list[int]] = {}
+    for (rank, _device), causes in result.gaps.items():
+        group = str(rank) if level is Level.RANK else (nodes[rank] or "?") if level is Level.NODE else "job"
+        for cause, (n, ns) in causes.items():
+            slot = acc.setdefault((group, cause), [0, 0])
+            slot[0] += n
+            slot[1] += ns
+    found = [(g, c, n, t) for (g, c), (n, t) in sorted(acc.items())]
     totals: dict[str, int] = defaultdict(int)
     for g, _, _, t in found:
         totals[str(g)] += int(t)

@@ -28,14 +28,12 @@ def sweep_sql(intervals: str, keys: Sequence[str], bits: Sequence[int], *, time_
     # One running sum carries every kind's count, 20 bits each (a million intervals of one kind
     # open at once would overflow; ends sort before starts at equal times, so no count dips below
     # zero): one window aggregate instead of one per kind.
-    packed = " ".join(f"WHEN {b} THEN {1 << (20 * i)}" for i, b in enumerate(bits))
-    state = " + ".join(
-        f"(CASE WHEN (c >> {20 * i}) & {(1 << 20) - 1} > 0 THEN {b} ELSE 0 END)" for i, b in enumerate(bits)
-    )
+    packed = unit_sql("bit", bits)
+    state = state_sql("c", bits)
     partition = f"PARTITION BY {key_list}" if keys else ""
     return f"""
         WITH iv AS (SELECT {key_list}{sep} s::{time_type} AS s, t_end::{time_type} AS t_end,
-                           CASE bit {packed} END::BIGINT AS unit
+                           {packed} AS unit
                     FROM {intervals} WHERE t_end > s),
         pts AS (SELECT {key_list}{sep} s AS t, unit AS d FROM iv
                 UNION ALL SELECT {key_list}{sep} t_end AS t, -unit AS d FROM iv),
@@ -43,6 +41,25 @@ def sweep_sql(intervals: str, keys: Sequence[str], bits: Sequence[int], *, time_
                 WINDOW w AS ({partition} ORDER BY t, d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
         SELECT {key_list}{sep} {state} AS state, sum(nt - t) AS dur
         FROM run WHERE nt IS NOT NULL AND nt > t GROUP BY ALL"""
+
+
+def unit_sql(bit: str, bits: Sequence[int]) -> str:
+    """The packed unit an interval of kind ``bit`` adds to the running sum (20 bits per kind)."""
+    return (
+        "CASE "
+        + bit
+        + " "
+        + " ".join(f"WHEN {b} THEN {1 << (20 * i)}" for i, b in enumerate(bits))
+        + " END::BIGINT"
+    )
+
+
+def state_sql(packed: str, bits: Sequence[int]) -> str:
+    """The OR of the kinds whose count in the packed running sum ``packed`` is above zero."""
+    return " + ".join(
+        f"(CASE WHEN ({packed} >> {20 * i}) & {(1 << 20) - 1} > 0 THEN {b} ELSE 0 END)"
+        for i, b in enumerate(bits)
+    )
 
 
 def merge_sql(intervals: str, keys: Sequence[str], *, time_type: str = "BIGINT") -> str:
