@@ -6,7 +6,8 @@ single sweep over start/end points per group answers all of them: running counts
 length of each segment between consecutive points labelled with the set of kinds open in it. It
 needs one sort of 2N points, which is what DuckDB does well, instead of one self-join per question.
 Counting (not flag-setting) makes overlapping intervals of one kind on one stream harmless: a kernel
-overlapping another on the same stream (bad input) adds no time twice.
+overlapping another on the same stream (bad input) adds no time twice. The GPU sweep itself is in
+gpupass.py; here are its packing helpers, HTA's island merge, covered pieces and bucket sums.
 """
 
 from __future__ import annotations
@@ -14,37 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def sweep_sql(intervals: str, keys: Sequence[str], bits: Sequence[int], *, time_type: str = "BIGINT") -> str:
-    """SQL giving ``keys..., state, dur`` per group: time spent with exactly ``state`` kinds open.
-
-    ``intervals`` is a relation with columns ``keys..., s, t_end, bit`` (``bit`` one of ``bits``,
-    powers of two). ``state`` is the OR of the bits open in a segment (0 = none: a gap between the
-    group's first start and last end). Empty and reversed intervals are ignored.
-    """
-    if len(bits) > 3:
-        raise ValueError("sweep_sql packs at most 3 kinds of interval into one running sum")
-    key_list = ", ".join(keys)
-    sep = ", " if keys else ""
-    # One running sum carries every kind's count, 20 bits each (a million intervals of one kind
-    # open at once would overflow; ends sort before starts at equal times, so no count dips below
-    # zero): one window aggregate instead of one per kind.
-    packed = unit_sql("bit", bits)
-    state = state_sql("c", bits)
-    partition = f"PARTITION BY {key_list}" if keys else ""
-    return f"""
-        WITH iv AS (SELECT {key_list}{sep} s::{time_type} AS s, t_end::{time_type} AS t_end,
-                           {packed} AS unit
-                    FROM {intervals} WHERE t_end > s),
-        pts AS (SELECT {key_list}{sep} s AS t, unit AS d FROM iv
-                UNION ALL SELECT {key_list}{sep} t_end AS t, -unit AS d FROM iv),
-        run AS (SELECT {key_list}{sep} t, sum(d) OVER w AS c, lead(t) OVER w AS nt FROM pts
-                WINDOW w AS ({partition} ORDER BY t, d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
-        SELECT {key_list}{sep} {state} AS state, sum(nt - t) AS dur
-        FROM run WHERE nt IS NOT NULL AND nt > t GROUP BY ALL"""
-
-
 def unit_sql(bit: str, bits: Sequence[int]) -> str:
-    """The packed unit an interval of kind ``bit`` adds to the running sum (20 bits per kind)."""
+    """The packed unit an interval of kind ``bit`` adds to the running sum (20 bits per kind).
+
+    One running sum then carries every kind's count (a million intervals of one kind open at once
+    would overflow; ends sort before starts at equal times, so no count dips below zero): one
+    window aggregate instead of one per kind.
+    """
     return (
         "CASE "
         + bit
