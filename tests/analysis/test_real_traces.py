@@ -108,3 +108,23 @@ def test_dlrm_ranks_levels(real_profile: Callable[[str], Profile]) -> None:
     node = gpu_time(profile, level=Level.NODE).rows
     assert len(ranks) == 8 and sum(r.gpus for r in node) == 8
     assert sum(r.busy_ns for r in node) == sum(r.busy_ns for r in ranks)
+
+
+@pytest.mark.parametrize("name", ["dlrm", "ns_resolution"])
+def test_latency_histogram_is_brute_force(name: str, real_profile: Callable[[str], Profile]) -> None:
+    """Binned in SQL, equal to binning every launch → kernel pair by hand."""
+    from hyperscope.analysis import launch_latency_histogram
+    from hyperscope.analysis.steps import histogram
+
+    profile = real_profile(name)
+    con = profile.connect()
+    pairs = con.sql(
+        "SELECT d.ts_ns - h.ts_ns FROM events d JOIN events h ON d.rank = h.rank "
+        "AND d.correlation = h.correlation AND h.kind IN ('runtime', 'driver') "
+        "WHERE d.kind IN ('kernel', 'memcpy', 'memset') AND d.ts_ns >= h.ts_ns"
+    ).fetchall()
+    want = histogram([int(p[0]) for p in pairs], 20)
+    got = launch_latency_histogram(profile, bins=20)
+    assert sum(b.count for b in got.rows) == len(pairs) > 100
+    assert got.rows == want
+    assert dashboard(profile)["latency_histogram"] == got

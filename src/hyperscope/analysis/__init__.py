@@ -26,7 +26,13 @@ from hyperscope.analysis.kernels import (
     kernel_precision,
     kernel_summary,
 )
-from hyperscope.analysis.latency import LatencyOutlierRow, LatencyStatsRow, latency_outliers, launch_latency
+from hyperscope.analysis.latency import (
+    LatencyOutlierRow,
+    LatencyStatsRow,
+    latency_outliers,
+    launch_latency,
+    launch_latency_histogram,
+)
 from hyperscope.analysis.ranks import RankRow, rank_comparison
 from hyperscope.analysis.steps import (
     HistogramBin,
@@ -77,6 +83,7 @@ __all__ = [
     "kernel_type_segments",
     "latency_outliers",
     "launch_latency",
+    "launch_latency_histogram",
     "memory_operations",
     "parse_steps",
     "rank_comparison",

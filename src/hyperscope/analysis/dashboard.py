@@ -15,7 +15,7 @@ from hyperscope.analysis.gpu import _bucket_ns, gpu_activity, gpu_utilization, m
 from hyperscope.analysis.gpupass import gpu_pass
 from hyperscope.analysis.idle import idle_breakdown
 from hyperscope.analysis.kernels import kernel_precision, kernel_summary
-from hyperscope.analysis.latency import latency_outliers, launch_latency
+from hyperscope.analysis.latency import latency_outliers, launch_latency, launch_latency_histogram
 from hyperscope.analysis.ranks import rank_comparison
 from hyperscope.analysis.steps import step_time_histogram, step_time_stats, step_times
 
@@ -49,6 +49,7 @@ def _tables(ctx: Prepared, top_k: int, buckets: int) -> dict[str, Table[Any]]:
         "memory_ops": memory_operations(ctx, scope),
         "launch_latency": launch_latency(ctx, scope, Level.RANK),
         "latency_outliers": latency_outliers(ctx, scope, 5),
+        "latency_histogram": launch_latency_histogram(ctx, scope, bins=20),
         "steps": step_time_stats(steps, level=Level.RANK),
         "steps_job": step_time_stats(steps, level=Level.JOB),
         "step_histogram": step_time_histogram(steps, bins=10),

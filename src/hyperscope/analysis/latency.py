@@ -9,6 +9,7 @@ counted in the notes and left out of the statistics rather than averaged in.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hyperscope.analysis._common import (
@@ -21,6 +22,7 @@ from hyperscope.analysis._common import (
     windows_sql,
 )
 from hyperscope.analysis._prepared import Prepared, prepared
+from hyperscope.analysis.steps import HistogramBin
 from hyperscope.errors import UsageError
 
 _HOST = "('runtime', 'driver')"
@@ -85,6 +87,46 @@ def launch_latency(
     if not out:
         notes.append("no launch → device op pairs (correlation ids) in scope")
     return Table("Launch-to-run latency", LatencyStatsRow, tuple(out), tuple(notes))
+
+
+def launch_latency_histogram(
+    source: Source | Prepared, scope: Scope = ALL, bins: int = 20
+) -> Table[HistogramBin]:
+    """Equal-width histogram of launch-to-start latencies (all ranks of the scope together).
+
+    Bins follow ``steps.histogram``: integer nanoseconds, [lo, hi), the last bin holding the maximum.
+    Binned in SQL, so millions of launches never become Python numbers.
+    """
+    if bins < 1:
+        raise UsageError(f"bins {bins}: expected a positive number of histogram bins")
+    with prepared(source, scope) as ctx:
+        con = ctx.con
+        pairs = f"WITH p AS ({_pairs_sql(ctx)}) "
+        lo, hi, n = rows(
+            con, pairs + "SELECT min(latency), max(latency), count(*) FROM p WHERE latency >= 0"
+        )[0]
+        notes = list(ctx.notes)
+        if not n:
+            notes.append("no launch → device op pairs (correlation ids) in scope")
+            return Table("Launch-to-run latency histogram", HistogramBin, (), tuple(notes))
+        lo, hi = int(lo), int(hi)
+        if lo == hi:
+            return Table(
+                "Launch-to-run latency histogram", HistogramBin, (HistogramBin(lo, hi + 1, int(n)),),
+                tuple(notes),
+            )
+        width = math.ceil((hi - lo + 1) / bins)
+        counts = dict(
+            rows(
+                con,
+                pairs + f"SELECT least((latency - {lo}) // {width}, {bins - 1}) AS b, count(*) FROM p "
+                "WHERE latency >= 0 GROUP BY b",
+            )
+        )
+    out = tuple(
+        HistogramBin(lo + i * width, lo + (i + 1) * width, int(counts.get(i, 0))) for i in range(bins)
+    )
+    return Table("Launch-to-run latency histogram", HistogramBin, out, tuple(notes))
 
 
 def latency_outliers(
