@@ -85,14 +85,18 @@ def finish(proc: subprocess.Popen[str], logs: Path) -> tuple[str, str]:
     return (logs / "out.txt").read_text(), (logs / "err.txt").read_text()
 
 
-def wait_for_parts(home: Path, count: int) -> Path:
+def wait_for_parts(home: Path, count: int, proc: subprocess.Popen[str], logs: Path) -> Path:
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         parts = list((home / "profiles").glob("*/events/*.parquet"))
         if len(parts) >= count:
             return parts[0].parent
         time.sleep(0.05)
-    raise AssertionError(f"no {count} parts under {home} after 120 s")
+    found = sorted(str(p.relative_to(home)) for p in home.rglob("*")) if home.exists() else []
+    raise AssertionError(
+        f"no {count} parts under {home} (exit code {proc.poll()}); files: {found[:20]}\n"
+        f"stdout: {(logs / 'out.txt').read_text()[-2000:]}\nstderr: {(logs / 'err.txt').read_text()[-4000:]}"
+    )
 
 
 def test_events_directory_turns_read_only(tmp_path: Path) -> None:
@@ -101,7 +105,7 @@ def test_events_directory_turns_read_only(tmp_path: Path) -> None:
     home = tmp_path / "home"
     proc = start(home, "ro", steps=80, logs=tmp_path)
     try:
-        events = wait_for_parts(home, 2)
+        events = wait_for_parts(home, 2, proc, tmp_path)
         with mounted("--bind", str(events), target=events):
             _mount("-o", "remount,bind,ro", str(events))
             out, err = finish(proc, tmp_path)
@@ -129,7 +133,7 @@ def test_disk_fills_up(tmp_path: Path) -> None:
         home = small / "home"
         proc = start(home, "full", steps=60, logs=tmp_path)
         try:
-            events = wait_for_parts(home, 2)
+            events = wait_for_parts(home, 2, proc, tmp_path)
             filler = small / "filler"
             with open(filler, "wb") as f:  # take every byte that is left
                 try:
