@@ -338,3 +338,26 @@ def test_slicing_large_windows_changes_no_row(monkeypatch: pytest.MonkeyPatch) -
     con.register("sliced", sliced)
     in_order = "SELECT * FROM {} ORDER BY ALL"
     assert con.sql(in_order.format("sliced")).fetchall() == con.sql(in_order.format("whole")).fetchall()
+
+
+def test_a_bug_during_a_step_ends_the_capture_not_the_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hyperscope.capture.session import Session
+
+    def broken(self: Session) -> None:
+        raise RuntimeError("step exploded")
+
+    home = tmp_path / "home"
+    hs.start_profiling(hs.ProfilerConfig(job="stepbug", home=home, sample_interval_s=0))
+    monkeypatch.setattr(Session, "step", broken)
+    for _ in range(3):
+        with hs.annotate("work"):
+            pass
+        hs.step()  # raises inside; the caller sees nothing
+    assert not api.is_profiling()
+    with Store(home) as store:
+        job = store.job("stepbug")
+        rank = store.catalog.rank_statuses(job.profiles[0].id)[0]
+    assert job.status is JobStatus.COMPLETED  # the training ended well; the profile says what broke
+    assert rank[2] is RankStatus.INCOMPLETE and "step exploded" in rank[3]

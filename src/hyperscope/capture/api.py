@@ -8,13 +8,14 @@ failing capture logs once and steps aside.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import logging
 import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.session import Session
@@ -177,11 +178,8 @@ def _give_up(session: Session, exc: BaseException) -> None:
     with _guard:
         if _session is session:
             _session = None
-    try:
-        session.notes.append(f"capture stopped early after an internal error: {exc!r}")
-        session.stop(RankStatus.COMPLETED)
-    except Exception:
-        pass
+    with contextlib.suppress(Exception):  # the last net: nothing may reach the training
+        session.stop(RankStatus.INCOMPLETE, f"capture stopped early after an internal error: {exc!r}")
 
 
 def _install_exit_hooks() -> None:
@@ -199,7 +197,3 @@ def _install_exit_hooks() -> None:
     sys.excepthook = excepthook
     atexit.register(stop_profiling)
 
-
-def _current() -> Any:
-    """The running session (tests and the launcher look at it)."""
-    return _session

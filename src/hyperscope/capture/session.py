@@ -44,7 +44,6 @@ class Session:
         self.step_no = 0
         self.recording = False
         self.finished = False
-        self.failed_exc: BaseException | None = None
         self.notes: list[str] = []
         self.dropped_marks = 0
         self._marks: list[Mark] = []
