@@ -78,6 +78,29 @@ def test_several_processes_write_at_once(tmp_path: Path) -> None:
     assert all(j.nodes == ["n0", "n1", "n2", "n3"] for j in jobs)
 
 
+def _open_at(path: str, start: float, worker: int) -> None:
+    while time.time() < start:
+        pass
+    cat = Catalog(Path(path))
+    cat.add_profile("job", _ref(f"w{worker}"), status=JobStatus.IN_PROGRESS, nodes=[], created_ns=1)
+    cat.close()
+
+
+def test_processes_creating_the_catalog_at_the_same_moment(tmp_path: Path) -> None:
+    """The ranks of a run open a catalog that does not exist yet, all at once."""
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(5):
+        path = tmp_path / f"new-{attempt}.sqlite"
+        start = time.time() + 0.3
+        procs = [ctx.Process(target=_open_at, args=(str(path), start, w)) for w in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0] * 6
+        assert len(Catalog(path).job("job").profiles) == 6
+
+
 def test_remove_deletes_files_and_catalog_rows(store: Store, synth_job: list[Path]) -> None:
     store.import_traces(synth_job[:1], "one")
     profile_dir = store.profile("one").path

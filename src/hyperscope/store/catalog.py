@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ CREATE TABLE IF NOT EXISTS profile_ranks (
     PRIMARY KEY (profile_id, rank)
 );
 """
+
+
+_BUSY_TIMEOUT_S: Final = 30.0
 
 
 class JobStatus(enum.StrEnum):
@@ -109,12 +113,28 @@ class Catalog:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self._db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(_SCHEMA)
+            self._db = sqlite3.connect(
+                path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{path}: cannot open the jobs catalog: {exc}") from exc
+        # Switching a new database to WAL takes a lock that SQLite does not wait for: when the
+        # ranks of a run open a new catalog at the same moment, all but one are told "locked".
+        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA foreign_keys=ON")
+                self._db.executescript(_SCHEMA)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    self._db.close()
+                    raise StoreError(f"{path}: cannot open the jobs catalog: {exc}") from exc
+                time.sleep(0.05)
+            except sqlite3.DatabaseError as exc:
+                self._db.close()
+                raise StoreError(f"{path}: cannot open the jobs catalog: {exc}") from exc
 
     def close(self) -> None:
         self._db.close()
