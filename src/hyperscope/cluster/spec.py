@@ -1,0 +1,223 @@
+"""The cluster spec: a YAML file of instance groups, lifecycle scripts, a shared directory and Slurm settings.
+
+Parsed into frozen dataclasses once, up front, so a provider never meets a half-valid spec: every
+problem is reported as ``FILE: KEY.PATH: problem (got VALUE)`` before any daemon starts. Relative
+paths are resolved against the spec file's folder, so a spec means the same from any working dir.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import yaml
+
+from hyperscope.errors import UsageError
+
+Role = Literal["controller", "login", "worker"]
+ROLES: tuple[Role, ...] = ("controller", "login", "worker")
+PROVIDERS = ("local", "ssh", "existing")
+#: Slurm node names and our directory names: keep them to what both accept without quoting.
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+
+
+class SpecError(UsageError):
+    """A cluster spec that cannot be used; names the file, the key path and the bad value."""
+
+    def __init__(self, path: Path | str, key: str, problem: str, value: object = None) -> None:
+        self.path = str(path)
+        self.key = key
+        self.value = value
+        message = f"{self.path}: {key}: {problem}" if key else f"{self.path}: {problem}"
+        if value is not None:
+            message += f" (got {value!r})"
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGroup:
+    name: str
+    role: Role
+    count: int
+    gpus_per_node: int = 0
+    spares: int = 0
+
+    def node_names(self) -> list[str]:
+        """Active nodes first, then spares: names stay stable when a spare replaces a node."""
+        return [f"{self.name}-{i}" for i in range(1, self.count + self.spares + 1)]
+
+    def is_spare(self, node: str) -> bool:
+        return int(node.rsplit("-", 1)[1]) > self.count
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmSettings:
+    """What a user may want to tune; the defaults are the measured fast-recovery values."""
+
+    partition: str = "dev"
+    cpus_per_node: int = 2
+    memory_mb: int = 1000
+    slurmd_timeout: int = 5
+    message_timeout: int = 2
+    cred_expire: int = 5
+    #: First TCP port (slurmctld); nodes use the following ones. 0 = pick free ports at create.
+    port_base: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    name: str
+    provider: str
+    groups: tuple[InstanceGroup, ...]
+    lifecycle_dir: Path
+    shared_dir: Path
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    source: Path | None = None
+
+    @property
+    def on_create(self) -> Path:
+        return self.lifecycle_dir / "on_create.sh"
+
+    def groups_with(self, role: Role) -> list[InstanceGroup]:
+        return [g for g in self.groups if g.role == role]
+
+    def slurm_nodes(self) -> list[tuple[InstanceGroup, str]]:
+        """Nodes that run a slurmd: every worker, spares included (warm standbys, in no partition)."""
+        return [(g, n) for g in self.groups_with("worker") for n in g.node_names()]
+
+    def all_nodes(self) -> list[tuple[InstanceGroup, str]]:
+        return [(g, n) for g in self.groups for n in g.node_names()]
+
+
+def _int(src: Path, key: str, value: object, *, minimum: int, maximum: int = 1 << 16) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(src, key, "must be a whole number", value)
+    if not minimum <= value <= maximum:
+        raise SpecError(src, key, f"must be between {minimum} and {maximum}", value)
+    return value
+
+
+def _name(src: Path, key: str, value: object) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise SpecError(src, key, "must be lower-case letters, digits and '-', starting with a letter", value)
+    return value
+
+
+def _mapping(src: Path, key: str, value: object, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SpecError(src, key or "(top level)", "must be a mapping of keys to values", value)
+    for k in value:
+        if k not in allowed:
+            where = f"{key}.{k}" if key else str(k)
+            raise SpecError(src, where, f"unknown key; expected one of {', '.join(sorted(allowed))}")
+    return cast(dict[str, Any], value)
+
+
+def _group(src: Path, key: str, raw: object) -> InstanceGroup:
+    d = _mapping(src, key, raw, {"name", "role", "count", "gpus_per_node", "spares"})
+    for required in ("name", "role", "count"):
+        if required not in d:
+            raise SpecError(src, f"{key}.{required}", "is required")
+    role = d["role"]
+    if role not in ROLES:
+        raise SpecError(src, f"{key}.role", f"must be one of {', '.join(ROLES)}", role)
+    count = _int(src, f"{key}.count", d["count"], minimum=1, maximum=256)
+    spares = _int(src, f"{key}.spares", d.get("spares", 0), minimum=0, maximum=256)
+    if spares and role != "worker":
+        raise SpecError(src, f"{key}.spares", "only worker groups have spares", spares)
+    if role == "controller" and count != 1:
+        raise SpecError(src, f"{key}.count", "a controller group has exactly one node", count)
+    return InstanceGroup(
+        name=_name(src, f"{key}.name", d["name"]),
+        role=role,
+        count=count,
+        gpus_per_node=_int(src, f"{key}.gpus_per_node", d.get("gpus_per_node", 0), minimum=0, maximum=64),
+        spares=spares,
+    )
+
+
+def _slurm(src: Path, raw: object) -> SlurmSettings:
+    d = _mapping(src, "slurm", {} if raw is None else raw, set(SlurmSettings.__slots__))
+    defaults = SlurmSettings()
+    limits = {
+        "cpus_per_node": (1, 1024),
+        "memory_mb": (100, 1 << 24),
+        "slurmd_timeout": (1, 3600),
+        "message_timeout": (1, 600),
+        "cred_expire": (5, 3600),  # Slurm rejects less than 5 ("AuthInfo=cred_expire=%d invalid")
+        "port_base": (0, 65000),
+    }
+    values: dict[str, Any] = {}
+    for k, (lo, hi) in limits.items():
+        values[k] = _int(src, f"slurm.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
+    if 0 < values["port_base"] < 1024:
+        raise SpecError(
+            src, "slurm.port_base", "must be 0 (pick free ports) or at least 1024", values["port_base"]
+        )
+    values["partition"] = _name(src, "slurm.partition", d.get("partition", defaults.partition))
+    return SlurmSettings(**values)
+
+
+def _dir(src: Path, key: str, value: object) -> Path:
+    if not isinstance(value, str) or not value:
+        raise SpecError(src, key, "must be a path (relative paths start at the spec's folder)", value)
+    p = Path(value).expanduser()
+    return (p if p.is_absolute() else src.parent / p).resolve()
+
+
+def parse_spec(data: object, source: Path) -> ClusterSpec:
+    """Validate an already-loaded YAML document; ``source`` names the file in every message."""
+    top = {"name", "provider", "instance_groups", "lifecycle_scripts", "shared_dir", "slurm"}
+    d = _mapping(source, "", data, top)
+    for required in ("name", "instance_groups", "lifecycle_scripts", "shared_dir"):
+        if required not in d:
+            raise SpecError(source, required, "is required")
+    provider = d.get("provider", "local")
+    if provider not in PROVIDERS:
+        raise SpecError(source, "provider", f"must be one of {', '.join(PROVIDERS)}", provider)
+    raw_groups = d["instance_groups"]
+    if not isinstance(raw_groups, list) or not raw_groups:
+        raise SpecError(source, "instance_groups", "must be a non-empty list of groups", raw_groups)
+    groups = tuple(_group(source, f"instance_groups[{i}]", g) for i, g in enumerate(raw_groups))
+    seen: set[str] = set()
+    for i, g in enumerate(groups):
+        if g.name in seen:
+            raise SpecError(source, f"instance_groups[{i}].name", "is used by another group", g.name)
+        seen.add(g.name)
+    for role in ("controller", "worker"):
+        if not any(g.role == role for g in groups):
+            raise SpecError(source, "instance_groups", f"needs a group with role {role}")
+    if sum(g.role == "controller" for g in groups) > 1:
+        raise SpecError(source, "instance_groups", "has more than one controller group")
+    lifecycle = _dir(source, "lifecycle_scripts", d["lifecycle_scripts"])
+    if not (lifecycle / "on_create.sh").is_file():
+        raise SpecError(
+            source, "lifecycle_scripts", f"has no on_create.sh in {lifecycle}", d["lifecycle_scripts"]
+        )
+    return ClusterSpec(
+        name=_name(source, "name", d["name"]),
+        provider=provider,
+        groups=groups,
+        lifecycle_dir=lifecycle,
+        shared_dir=_dir(source, "shared_dir", d["shared_dir"]),
+        slurm=_slurm(source, d.get("slurm")),
+        source=source.resolve(),
+    )
+
+
+def load_spec(path: Path | str) -> ClusterSpec:
+    """Read and validate a spec file; YAML syntax errors carry the line and column."""
+    src = Path(path)
+    try:
+        text = src.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(src, "", f"cannot read the spec: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise SpecError(src, "", f"{where}not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    return parse_spec(data, src)

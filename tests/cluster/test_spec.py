@@ -1,0 +1,106 @@
+"""The spec: defaults, relative paths, and error messages that name the file, the key and the value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hyperscope.cluster.spec import SlurmSettings, SpecError, load_spec, parse_spec
+from hyperscope.errors import UsageError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "cluster_specs"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
+
+
+def test_valid_spec_resolves_paths_and_defaults() -> None:
+    spec = load_spec(DATA / "valid.yaml")
+    assert spec.name == "tiny" and spec.provider == "local"
+    assert spec.lifecycle_dir == DATA / "lifecycle" and spec.on_create.is_file()
+    assert spec.shared_dir == DATA / "shared"
+    assert spec.slurm == SlurmSettings(partition="train")
+    workers = spec.groups_with("worker")[0]
+    assert workers.node_names() == ["workers-1", "workers-2", "workers-3"]
+    assert [workers.is_spare(n) for n in workers.node_names()] == [False, False, True]
+    assert [n for _, n in spec.slurm_nodes()] == ["workers-1", "workers-2", "workers-3"]
+    assert [n for _, n in spec.all_nodes()][:2] == ["controller-1", "login-1"]
+
+
+def test_shipped_example_is_valid() -> None:
+    spec = load_spec(EXAMPLE)
+    assert [(g.role, g.count, g.gpus_per_node, g.spares) for g in spec.groups] == [
+        ("controller", 1, 0, 0),
+        ("login", 1, 0, 0),
+        ("worker", 4, 2, 1),
+    ]
+
+
+def test_unknown_role_names_file_key_and_value() -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(DATA / "bad_role.yaml")
+    msg = str(info.value)
+    assert str(DATA / "bad_role.yaml") in msg
+    assert "instance_groups[1].role" in msg and "'gpu-worker'" in msg
+    assert isinstance(info.value, UsageError)
+
+
+def test_yaml_syntax_error_has_line() -> None:
+    with pytest.raises(SpecError, match=r"bad_yaml\.yaml: line \d+, column \d+: not valid YAML"):
+        load_spec(DATA / "bad_yaml.yaml")
+
+
+def test_missing_file() -> None:
+    with pytest.raises(SpecError, match=r"nope\.yaml: cannot read the spec"):
+        load_spec(DATA / "nope.yaml")
+
+
+def _valid() -> dict[str, Any]:
+    data = yaml.safe_load((DATA / "valid.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "value"),
+    [
+        (lambda d: d["instance_groups"][2].update(count=0), "instance_groups[2].count", "0"),
+        (lambda d: d["instance_groups"][2].update(count="4"), "instance_groups[2].count", "'4'"),
+        (
+            lambda d: d["instance_groups"][2].update(gpus_per_node=-1),
+            "instance_groups[2].gpus_per_node",
+            "-1",
+        ),
+        (lambda d: d["instance_groups"][1].update(spares=1), "instance_groups[1].spares", "1"),
+        (lambda d: d["instance_groups"][0].update(count=2), "instance_groups[0].count", "2"),
+        (lambda d: d["instance_groups"][1].update(name="Login_1"), "instance_groups[1].name", "'Login_1'"),
+        (lambda d: d["instance_groups"][1].update(name="controller"), "instance_groups[1].name", None),
+        (lambda d: d["instance_groups"][2].update(cpus=4), "instance_groups[2].cpus", None),
+        (lambda d: d["instance_groups"][2].pop("count"), "instance_groups[2].count", None),
+        (lambda d: d.update(provider="aws"), "provider", "'aws'"),
+        (lambda d: d.update(name="My Cluster"), "name", "'My Cluster'"),
+        (lambda d: d.update(instance_groups=[]), "instance_groups", "[]"),
+        (lambda d: d["instance_groups"].pop(2), "instance_groups", None),
+        (lambda d: d.pop("shared_dir"), "shared_dir", None),
+        (lambda d: d.update(lifecycle_scripts="nowhere"), "lifecycle_scripts", "'nowhere'"),
+        (lambda d: d.update(slurm={"cred_expire": 2}), "slurm.cred_expire", "2"),
+        (lambda d: d.update(slurm={"port_base": 80}), "slurm.port_base", "80"),
+        (lambda d: d.update(slurm={"timeout": 3}), "slurm.timeout", None),
+        (lambda d: d.update(extra=1), "extra", None),
+    ],
+)
+def test_invalid_values_are_named(edit: Any, key: str, value: str | None) -> None:
+    data = _valid()
+    edit(data)
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, DATA / "valid.yaml")
+    msg = str(info.value)
+    assert msg.startswith(f"{DATA / 'valid.yaml'}: {key}: "), msg
+    if value is not None:
+        assert f"(got {value})" in msg, msg
+
+
+def test_top_level_must_be_mapping() -> None:
+    with pytest.raises(SpecError, match=r"\(top level\): must be a mapping"):
+        parse_spec(["x"], Path("c.yaml"))
