@@ -1,0 +1,201 @@
+"""The Slurm adapter: one seam that runs Slurm's commands, and pure parsers of what they print.
+
+Everything hyperscope knows about a cluster's live state comes through here. The seam exists so the
+parsers can be tested on outputs recorded from a real Slurm 22.05 (tests/data/cluster_slurm_outputs)
+and so every failure reads the same: the command, its exit status and Slurm's own message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hyperscope.errors import HyperscopeError
+
+#: (argv, env, timeout) -> completed process; tests pass a fake, the library uses subprocess.
+Runner = Callable[[Sequence[str], dict[str, str], float], "subprocess.CompletedProcess[str]"]
+SINFO_FORMAT = "%N|%T|%P|%G|%E"
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
+
+
+class SlurmError(HyperscopeError):
+    """A Slurm command that failed or is missing; carries what Slurm printed."""
+
+
+def _run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+class Slurm:
+    """Runs Slurm client commands against one cluster (its ``slurm.conf``), never the system's."""
+
+    def __init__(self, conf: Path, runner: Runner | None = None) -> None:
+        self.conf = conf
+        self._runner = runner or _run
+
+    def env(self) -> dict[str, str]:
+        """The environment a user needs for plain ``sbatch``/``srun`` against this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(self, *argv: str, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        shown = " ".join(argv)
+        try:
+            done = self._runner(argv, self.env(), timeout)
+        except FileNotFoundError as exc:
+            raise SlurmError(
+                f"`{argv[0]}` is not installed: install Debian's slurm-wlm and munge "
+                "(apt-get install --no-install-recommends slurm-wlm munge)"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(
+                f"`{shown}` (SLURM_CONF={self.conf}) gave no answer within {timeout:g} s"
+            ) from exc
+        if check and done.returncode != 0:
+            said = (done.stderr or done.stdout).strip() or "(no output)"
+            raise SlurmError(
+                f"`{shown}` (SLURM_CONF={self.conf}) failed with status {done.returncode}: {said}"
+            )
+        return done
+
+    def ping(self) -> bool:
+        """True when slurmctld answers; never raises for a controller that is down."""
+        done = self.run("scontrol", "ping", timeout=10, check=False)
+        return done.returncode == 0 and " is UP" in done.stdout
+
+    def nodes(self) -> list[Node]:
+        return parse_show_node(self.run("scontrol", "show", "node", "-o").stdout)
+
+    def sinfo(self) -> list[SinfoRow]:
+        return parse_sinfo(self.run("sinfo", "-N", "-h", "-o", SINFO_FORMAT).stdout)
+
+    def config(self) -> dict[str, str]:
+        return parse_config(self.run("scontrol", "show", "config").stdout)
+
+    def version(self) -> str:
+        return parse_version(self.run("scontrol", "--version").stdout)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One line of ``scontrol show node -o``; ``state`` is the base state, ``flags`` the rest."""
+
+    name: str
+    state: str
+    flags: tuple[str, ...]
+    partitions: tuple[str, ...]
+    gres: str
+    reason: str
+    cpus: int
+    cpus_alloc: int
+    port: int | None
+    slurmd_start: str
+    fields: dict[str, str]
+
+    @property
+    def available(self) -> bool:
+        """Schedulable now: up, and neither drained, draining nor silent."""
+        bad = {"DRAIN", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED"}
+        return self.state in {"IDLE", "MIXED", "ALLOCATED"} and not bad.intersection(self.flags)
+
+    @property
+    def display_state(self) -> str:
+        """What an operator expects to read: ``idle``, ``idle+drain``, ``down+not_responding``."""
+        return "+".join((self.state, *self.flags)).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class SinfoRow:
+    node: str
+    state: str  # sinfo's long form: idle, mixed, drained, down* ...
+    partition: str
+    default_partition: bool
+    gres: str
+    reason: str
+
+
+def parse_fields(line: str) -> dict[str, str]:
+    """``Key=Value`` pairs of one ``-o`` line; values may hold spaces (OS=, Reason=), so a value runs
+    up to the next ``Key=``. An empty value (``AllocTRES=``) stays ''."""
+    keys = list(_KEY.finditer(line))
+    out: dict[str, str] = {}
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
+        out[m.group(1)] = line[m.end() : end].strip()
+    return out
+
+
+def _int_or(value: str | None, default: int) -> int:
+    return int(value) if value is not None and value.isdigit() else default
+
+
+def parse_show_node(text: str) -> list[Node]:
+    nodes: list[Node] = []
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        f = parse_fields(line)
+        state, *flags = (f.get("State") or "UNKNOWN").split("+")
+        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", f.get("Reason", ""))  # drop "[root@time]"
+        parts = f.get("Partitions", "")
+        port = f.get("Port")
+        nodes.append(
+            Node(
+                name=f["NodeName"],
+                state=state.rstrip("*"),
+                flags=tuple(flags),
+                partitions=tuple(p for p in parts.split(",") if p),
+                gres="" if f.get("Gres") in (None, "(null)") else f["Gres"],
+                reason=reason,
+                cpus=_int_or(f.get("CPUTot"), 0),
+                cpus_alloc=_int_or(f.get("CPUAlloc"), 0),
+                port=int(port) if port and port.isdigit() else None,
+                slurmd_start=f.get("SlurmdStartTime", ""),
+                fields=f,
+            )
+        )
+    return nodes
+
+
+def parse_sinfo(text: str) -> list[SinfoRow]:
+    """Rows of ``sinfo -N -h -o '%N|%T|%P|%G|%E'`` (:data:`SINFO_FORMAT`)."""
+    rows: list[SinfoRow] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 4)
+        if len(parts) != 5:
+            raise SlurmError(f"unexpected sinfo line (wanted {SINFO_FORMAT}): {line!r}")
+        node, state, partition, gres, reason = parts
+        rows.append(
+            SinfoRow(
+                node=node,
+                state=state,
+                partition=partition.rstrip("*"),
+                default_partition=partition.endswith("*"),
+                gres="" if gres == "(null)" else gres,
+                reason="" if reason == "none" else reason,
+            )
+        )
+    return rows
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = Value`` lines; later sections (cgroup, mpi) included."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_version(text: str) -> str:
+    """``slurm-wlm 22.05.8`` or ``slurm 23.11.4`` → ``22.05.8``."""
+    m = re.search(r"\b(\d+\.\d+\.\d+)\b", text)
+    if m is None:
+        raise SlurmError(f"no Slurm version in {text.strip()!r}")
+    return m.group(1)
