@@ -1,0 +1,144 @@
+"""Slurm's configuration for a local cluster, written from the spec: slurm.conf, gres.conf, fake GPU
+devices, the munge key and the resource config the lifecycle scripts read.
+
+Values come from notes/local-slurm.md, where each was measured: ``config_overrides`` lets nodes claim
+CPUs and GPUs the machine lacks; MessageTimeout/SlurmdTimeout/cred_expire and the scheduler intervals
+make a lost node and its requeued job take seconds instead of minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from hyperscope.cluster.spec import ClusterSpec
+from hyperscope.cluster.state import ClusterState, NodeState
+
+
+def slurm_conf(spec: ClusterSpec, state: ClusterState) -> str:
+    d, r = Path(state.dir), Path(state.run_dir)
+    s = spec.slurm
+    workers = [n for n in state.nodes if n.slurm]
+    gpus = {g.name: g.gpus_per_node for g in spec.groups}
+    lines = [
+        "# Written by hyperscope from " + (state.spec_path or "a spec") + "; rewritten on every create.",
+        f"ClusterName={spec.name}",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        f"SlurmctldPort={state.ctld_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={r / 'munge' / 'munge.sock'},cred_expire={s.cred_expire}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={d / 'state'}",
+        f"SlurmdSpoolDir={r / 'spool'}/%n",
+        f"SlurmctldPidFile={d / 'state' / 'slurmctld.pid'}",
+        f"SlurmdPidFile={d / 'state'}/slurmd-%n.pid",
+        f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={d / 'log'}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "MailProg=/bin/true",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU",
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=bf_interval=1,sched_interval=2",
+        "MpiDefault=none",
+        "SwitchType=switch/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "JobCompType=jobcomp/none",
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=1",
+        "JobRequeue=1",
+        f"SlurmdTimeout={s.slurmd_timeout}",
+        "SlurmctldTimeout=10",
+        f"MessageTimeout={s.message_timeout}",
+        "KillWait=2",
+        "InactiveLimit=0",
+        "MinJobAge=600",
+    ]
+    if any(gpus[n.group] for n in workers):
+        lines.append("GresTypes=gpu")
+    for n in workers:
+        gres = f" Gres=gpu:{gpus[n.group]}" if gpus[n.group] else ""
+        lines.append(
+            f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={n.port} "
+            f"CPUs={s.cpus_per_node} RealMemory={s.memory_mb}{gres} State=UNKNOWN"
+        )
+    active = ",".join(n.name for n in workers if not n.spare)
+    lines.append(f"PartitionName={s.partition} Nodes={active} Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def gres_conf(spec: ClusterSpec, state: ClusterState) -> str:
+    """One line per GPU node; the devices are per-node character devices (a File= is required,
+    and regular files are rejected: see the notes' pitfall 14)."""
+    gpus = {g.name: g.gpus_per_node for g in spec.groups}
+    out = []
+    for n in state.nodes:
+        k = gpus[n.group] if n.slurm else 0
+        if k:
+            devs = Path(state.dir) / "dev" / n.name
+            out.append(f"NodeName={n.name} Name=gpu File={devs}/nvidia[0-{k - 1}]")
+    return "\n".join(out) + "\n" if out else ""
+
+
+def fake_gpus(spec: ClusterSpec, state: ClusterState) -> None:
+    gpus = {g.name: g.gpus_per_node for g in spec.groups}
+    for n in state.nodes:
+        if n.slurm and gpus[n.group]:
+            devs = Path(state.dir) / "dev" / n.name
+            devs.mkdir(parents=True, exist_ok=True)
+            for i in range(gpus[n.group]):
+                os.mknod(devs / f"nvidia{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # same as /dev/null
+
+
+def resource_config(state: ClusterState) -> str:
+    """The JSON every lifecycle script can read, like HyperPod's resource_config.json."""
+    groups: dict[str, list[NodeState]] = {}
+    for n in state.nodes:
+        groups.setdefault(n.group, []).append(n)
+    doc = {
+        "ClusterName": state.name,
+        "Provider": state.provider,
+        "Controller": state.controller,
+        "SlurmConf": state.slurm_conf,
+        "SharedDir": state.shared_dir,
+        "Partition": state.partition,
+        "InstanceGroups": [
+            {
+                "Name": g,
+                "Role": ns[0].role,
+                "Instances": [{"Name": n.name, "Spare": n.spare, "SlurmNode": n.slurm} for n in ns],
+            }
+            for g, ns in groups.items()
+        ],
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def write_files(spec: ClusterSpec, state: ClusterState) -> None:
+    d = Path(state.dir)
+    etc = d / "etc"
+    (etc / "slurm.conf").write_text(slurm_conf(spec, state))
+    gres = gres_conf(spec, state)
+    if gres:
+        (etc / "gres.conf").write_text(gres)  # slurmd reads it from slurm.conf's folder
+        fake_gpus(spec, state)
+    (etc / "resource_config.json").write_text(resource_config(state))
+    r = Path(state.run_dir)
+    for n in state.nodes:
+        if n.slurm:
+            (r / "spool" / n.name).mkdir(parents=True, exist_ok=True)
+    munge = r / "munge"
+    munge.mkdir(parents=True, exist_ok=True)
+    r.chmod(0o755)
+    munge.chmod(0o755)  # munged refuses a socket folder that is not o+x
+    key = munge / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
