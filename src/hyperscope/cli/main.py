@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hyperscope import __version__
+from hyperscope.cli.cluster import cluster_app
 from hyperscope.cli.profile import profile as profile_command
 from hyperscope.cli.report import report as report_command
 from hyperscope.errors import HyperscopeError, UsageError
@@ -304,6 +305,7 @@ def demo(
 
 app.command("profile")(profile_command)
 app.command("report")(report_command)
+app.add_typer(cluster_app, name="cluster")
 
 
 def _print_summary(summary: Summary) -> None:

@@ -1,0 +1,166 @@
+"""``hyperscope cluster …``: create, list, describe, list-nodes, delete. Parse, call
+:mod:`hyperscope.cluster.manage`, print; the clusters live under the store home
+(``$HYPERSCOPE_HOME/clusters/NAME``), so ``--home`` means the same as for profiles.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Column, Table
+from rich.text import Text
+
+from hyperscope.cluster import manage
+from hyperscope.errors import HyperscopeError, UsageError
+from hyperscope.store.store import default_home
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+cluster_app = typer.Typer(
+    name="cluster",
+    help=(
+        "Slurm clusters from a spec of instance groups and lifecycle scripts (like SageMaker HyperPod).\n\n"
+        "  hyperscope cluster create -f examples/cluster.yaml\n\n"
+        "  hyperscope cluster list-nodes demo\n\n"
+        "  hyperscope cluster delete demo"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+HomeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--home",
+        help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.",
+        show_default=False,
+        metavar="DIR",
+    ),
+]
+NameArg = Annotated[str, typer.Argument(help="The cluster's name (from its spec).", metavar="NAME")]
+
+
+def _fail(exc: HyperscopeError) -> NoReturn:
+    err.print(Text("error: ", style="bold red") + Text(str(exc)))
+    raise typer.Exit(2 if isinstance(exc, UsageError) else 1)
+
+
+def _home(home: Path | None) -> Path:
+    return home.expanduser() if home is not None else default_home()
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
+
+
+@cluster_app.command("create")
+def create(
+    file: Annotated[Path, typer.Option("-f", "--file", help="The cluster spec (YAML).", metavar="FILE")],
+    home: HomeOption = None,
+) -> None:
+    """Bring a cluster up from its spec; running it again on a cluster in service changes nothing."""
+    t0 = time.monotonic()
+
+    def progress(node: str, step: str) -> None:
+        err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
+
+    try:
+        state = manage.create(file, _home(home), progress)
+    except HyperscopeError as exc:
+        _fail(exc)
+    out.print(
+        f"cluster [bold]{state.name}[/] is {state.status} "
+        f"({len(state.nodes)} nodes, {time.monotonic() - t0:.1f} s)\n"
+        f"export SLURM_CONF={state.slurm_conf}"
+    )
+
+
+@cluster_app.command("list")
+def list_(home: HomeOption = None) -> None:
+    """Every cluster this store knows, with its status."""
+    try:
+        states = manage.list_clusters(_home(home))
+    except HyperscopeError as exc:
+        _fail(exc)
+    if not states:
+        out.print("no clusters; create one with `hyperscope cluster create -f cluster.yaml`")
+        return
+    table = Table("name", "provider", "status", "nodes", "controller", "created")
+    for s in states:
+        table.add_row(s.name, s.provider, s.status, str(len(s.nodes)), s.controller, _when(s.created))
+    out.print(table)
+
+
+@cluster_app.command("describe")
+def describe(name: NameArg, home: HomeOption = None) -> None:
+    """Status, groups, controller, Slurm version and the path of slurm.conf."""
+    try:
+        d = manage.describe(name, _home(home))
+    except HyperscopeError as exc:
+        _fail(exc)
+    s = d.state
+    facts = Table.grid(padding=(0, 2))
+    for key, value in (
+        ("name", s.name),
+        ("status", s.status),
+        ("provider", s.provider),
+        ("controller", s.controller),
+        ("partition", s.partition),
+        ("slurm version", d.slurm_version or "(not answering)"),
+        ("slurm.conf", s.slurm_conf),
+        ("shared dir", s.shared_dir),
+        ("spec", s.spec_path),
+        ("daemons", f"{len(s.procs)} ({'running' if d.running else 'not running'})"),
+        ("created", _when(s.created)),
+    ):
+        facts.add_row(Text(key, style="bold"), Text(value))
+    out.print(facts)
+    if s.error:
+        out.print(Text("error: ", style="bold red") + Text(s.error))
+    groups = Table("group", "role", "nodes", "spares")
+    for g, role, count, spares in d.groups:
+        groups.add_row(g, role, str(count), str(spares))
+    out.print(groups)
+
+
+@cluster_app.command("list-nodes")
+def list_nodes(name: NameArg, home: HomeOption = None) -> None:
+    """Every node: group, our status, Slurm's state, health, since when, replacements."""
+    try:
+        rows = manage.list_nodes(name, _home(home))
+    except HyperscopeError as exc:
+        _fail(exc)
+    table = Table("group", "role", "status", "slurm state", "health", "since", "replacements")
+    table.columns.insert(0, Column("node", no_wrap=True))
+    for r in rows:
+        role = f"{r.role} (spare)" if r.spare else r.role
+        style = "red" if r.health.startswith("unhealthy") or r.status == "Failed" else None
+        table.add_row(
+            r.node,
+            r.group,
+            role,
+            r.status,
+            r.slurm_state,
+            r.health,
+            r.since,
+            str(r.replacements),
+            style=style,
+        )
+    out.print(table)
+
+
+@cluster_app.command("delete")
+def delete(name: NameArg, home: HomeOption = None) -> None:
+    """Stop every daemon the cluster runs, by process id, and remove its state (not the shared dir)."""
+    try:
+        existed = manage.delete(name, _home(home))
+    except HyperscopeError as exc:
+        _fail(exc)
+    out.print(f"deleted cluster {name}" if existed else f"no cluster named {name}; nothing to do")

@@ -1,0 +1,129 @@
+"""What the ``hyperscope cluster`` commands call: pick the provider, and join the recorded state with
+what Slurm says now. Kept apart from the providers so the CLI (and later the UI's API) never reads a
+state file or runs a Slurm command itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from hyperscope.cluster.local import LocalProvider
+from hyperscope.cluster.slurm import Node, Slurm, SlurmError
+from hyperscope.cluster.spec import ClusterSpec, load_spec
+from hyperscope.cluster.state import (
+    ClusterError,
+    ClusterNotFound,
+    ClusterState,
+    Progress,
+    Provider,
+    alive,
+    clusters_dir,
+    list_states,
+)
+
+
+def provider_for(kind: str, home: Path) -> Provider:
+    if kind == "local":
+        return LocalProvider(home)
+    raise ClusterError(f"the {kind!r} provider is not implemented yet; use provider: local")
+
+
+def create(spec_file: Path, home: Path, progress: Progress | None = None) -> ClusterState:
+    spec: ClusterSpec = load_spec(spec_file)
+    return provider_for(spec.provider, home).create(spec, progress)
+
+
+def load(name: str, home: Path) -> ClusterState:
+    d = clusters_dir(home) / name
+    try:
+        return ClusterState.load(d)
+    except FileNotFoundError:
+        raise ClusterNotFound(name) from None
+
+
+def delete(name: str, home: Path) -> bool:
+    """True when a cluster was deleted; False when there was none (deleting twice is fine)."""
+    d = clusters_dir(home) / name
+    kind = ClusterState.load(d).provider if (d / "cluster.json").is_file() else "local"
+    return provider_for(kind, home).delete(name)
+
+
+def list_clusters(home: Path) -> list[ClusterState]:
+    return list_states(home)
+
+
+@dataclass(frozen=True, slots=True)
+class Description:
+    state: ClusterState
+    running: bool  # every daemon we started is alive
+    slurm_version: str  # "" when Slurm does not answer
+    groups: list[tuple[str, str, int, int]]  # name, role, nodes, spares
+
+
+def describe(name: str, home: Path) -> Description:
+    state = load(name, home)
+    running = bool(state.procs) and all(alive(p) for p in state.procs)
+    version = ""
+    if running:
+        try:
+            version = Slurm(Path(state.slurm_conf)).version()
+        except SlurmError:
+            version = ""
+    groups: dict[str, tuple[str, int, int]] = {}
+    for n in state.nodes:
+        role, count, spares = groups.get(n.group, (n.role, 0, 0))
+        groups[n.group] = (role, count + (not n.spare), spares + n.spare)
+    return Description(state, running, version, [(g, *v) for g, v in groups.items()])
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node: str
+    group: str
+    role: str
+    spare: bool
+    status: str  # ours: Pending, Configuring, Running, Failed
+    slurm_state: str  # Slurm's, e.g. idle, mixed, idle+drain; "-" for nodes without slurmd
+    health: str  # healthy, unhealthy (with Slurm's reason), unknown
+    since: str  # ISO time of our last status change
+    replacements: int
+
+
+def _health(node: Node | None, has_slurmd: bool, running: bool) -> str:
+    if not has_slurmd:
+        return "healthy" if running else "unknown"
+    if node is None:
+        return "unknown"
+    if node.available:
+        return "healthy"
+    return f"unhealthy: {node.reason}" if node.reason else "unhealthy"
+
+
+def list_nodes(name: str, home: Path) -> list[NodeRow]:
+    state = load(name, home)
+    running = bool(state.procs) and all(alive(p) for p in state.procs)
+    live: dict[str, Node] = {}
+    if running:
+        try:
+            live = {n.name: n for n in Slurm(Path(state.slurm_conf)).nodes()}
+        except SlurmError:
+            live = {}
+    rows = []
+    for n in state.nodes:
+        s = live.get(n.name)
+        rows.append(
+            NodeRow(
+                node=n.name,
+                group=n.group,
+                role=n.role,
+                spare=n.spare,
+                status=n.status,
+                slurm_state=s.display_state if s else ("-" if not n.slurm else "unknown"),
+                health=_health(s, n.slurm, running and n.status == "Running"),
+                since=dt.datetime.fromtimestamp(n.since, dt.UTC).isoformat(timespec="seconds"),
+                replacements=n.replacements,
+            )
+        )
+    return rows
