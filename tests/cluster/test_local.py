@@ -87,6 +87,7 @@ def test_create_run_delete(tmp_path: Path, make_spec: Callable[..., ClusterSpec]
     assert _ours(Path(state.dir)) == []
     assert not Path(state.dir).exists() and not Path(state.run_dir).exists()
     assert not provider.delete("t1")  # twice is fine
+    assert list((tmp_path / "home" / "clusters").iterdir()) == []
 
 
 def test_failing_lifecycle_script_leaves_nothing_running(

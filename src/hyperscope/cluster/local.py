@@ -32,6 +32,7 @@ from hyperscope.cluster.state import (
     Progress,
     adopt,
     alive,
+    cluster_lock,
     clusters_dir,
     processes_with_env,
     start_time,
@@ -90,6 +91,10 @@ class LocalProvider:
 
     def create(self, spec: ClusterSpec, progress: Progress | None = None) -> ClusterState:
         """Bring ``spec`` up; a second call on a running cluster with the same spec changes nothing."""
+        with cluster_lock(self.home, spec.name):
+            return self._create(spec, progress)
+
+    def _create(self, spec: ClusterSpec, progress: Progress | None) -> ClusterState:
         say = progress or (lambda node, step: None)
         d = self.cluster_dir(spec.name)
         if (d / "cluster.json").is_file():
@@ -282,6 +287,10 @@ class LocalProvider:
 
     def delete(self, name: str) -> bool:
         """Stop every daemon of ``name`` and remove its state; False when there was no such cluster."""
+        with cluster_lock(self.home, name, remove=True):
+            return self._delete(name)
+
+    def _delete(self, name: str) -> bool:
         d = self.cluster_dir(name)
         if not (d / "cluster.json").is_file():
             if d.is_dir():

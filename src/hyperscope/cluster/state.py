@@ -9,12 +9,13 @@ never leaves a cluster that cannot be deleted.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -114,6 +115,23 @@ class ClusterState:
 
 def clusters_dir(home: Path) -> Path:
     return home / CLUSTERS_DIR
+
+
+@contextlib.contextmanager
+def cluster_lock(home: Path, name: str, *, remove: bool = False) -> Iterator[None]:
+    """One create or delete of a cluster at a time (two terminals, or a retry while the first runs):
+    an advisory lock on a file beside the cluster's folder. ``remove`` (delete) unlinks it, so a
+    deleted cluster leaves no file; a create racing that very delete may then run unserialized."""
+    root = clusters_dir(home)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if remove:
+                (root / f".{name}.lock").unlink(missing_ok=True)
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def list_states(home: Path) -> list[ClusterState]:
