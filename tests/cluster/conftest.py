@@ -28,7 +28,7 @@ def make_spec(tmp_path: Path) -> Callable[..., ClusterSpec]:
     example lifecycle script."""
 
     def make(
-        name: str = "t1", workers: int = 2, spares: int = 1, on_create: str | None = None
+        name: str = "t1", workers: int = 2, spares: int = 1, on_create: str | None = None, port_base: int = 0
     ) -> ClusterSpec:
         d = tmp_path / name
         lifecycle = d / "lifecycle"
@@ -46,6 +46,8 @@ def make_spec(tmp_path: Path) -> Callable[..., ClusterSpec]:
                 {"name": "workers", "role": "worker", "count": workers, "gpus_per_node": 2, "spares": spares},
             ],
         }
+        if port_base:
+            doc["slurm"] = {"port_base": port_base}
         (d / "cluster.yaml").write_text(yaml.safe_dump(doc))
         return load_spec(d / "cluster.yaml")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -132,3 +133,24 @@ def test_two_clusters_side_by_side(tmp_path: Path, make_spec: Callable[..., Clus
     finally:
         provider.delete("a")
         provider.delete("b")
+
+
+def test_slurmd_that_cannot_start_fails_cleanly(
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec]
+) -> None:
+    """A node's port taken by another program: slurmd exits, create says so with its log, and
+    stops what it had started."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        spec = make_spec(name="busy", workers=1, spares=0, port_base=port - 1)  # workers-1 gets `port`
+        provider = LocalProvider(tmp_path / "home")
+        with pytest.raises(ClusterError) as info:
+            provider.create(spec)
+    assert "slurmd workers-1 exited" in str(info.value), info.value
+    assert "Address already in use" in str(info.value) or "bind" in str(info.value)
+    cluster_dir = provider.cluster_dir("busy")
+    assert ClusterState.load(cluster_dir).status == "Failed"
+    assert _ours(cluster_dir) == []
+    assert provider.delete("busy")
