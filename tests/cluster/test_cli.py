@@ -69,6 +69,12 @@ def test_create_describe_list_nodes_delete(tmp_path: Path, make_spec: Callable[.
             env={**os.environ, "SLURM_CONF": conf.group(1)}, capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         assert sorted(srun.stdout.split()) == sorted(["workers-1", "0", "workers-2", "1"]), srun.stderr
+        # a shell "on" the login node, as HyperPod users get through Session Manager
+        sh = run(home, "shell", "cli", "-c", 'echo "$HYPERSCOPE_NODE $PWD $SLURM_CONF"; sinfo -h -o %D')
+        assert sh.stdout.split() == ["login-1", str(spec.shared_dir), conf.group(1), "2"]
+        on = run(home, "shell", "cli", "--node", "workers-2", "-c", "echo $HYPERSCOPE_ROLE").stdout
+        assert on.strip() == "worker"
+        assert "has no node 'w9'" in run(home, "shell", "cli", "--node", "w9", "-c", "true", code=1).stderr
     finally:
         assert "deleted cluster cli" in run(home, "delete", "cli").stdout
     assert not any(alive(p) for p in state.procs)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -164,3 +165,29 @@ def delete(name: NameArg, home: HomeOption = None) -> None:
     except HyperscopeError as exc:
         _fail(exc)
     out.print(f"deleted cluster {name}" if existed else f"no cluster named {name}; nothing to do")
+
+
+@cluster_app.command("shell")
+def shell(
+    name: NameArg,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="Node to 'log in' to (default: the login node).", metavar="NODE"),
+    ] = None,
+    command: Annotated[
+        str | None, typer.Option("-c", "--command", help="Run this command instead of an interactive shell.")
+    ] = None,
+    home: HomeOption = None,
+) -> None:
+    """A shell with the cluster's environment (SLURM_CONF, the node's facts), in the shared directory."""
+    try:
+        env, cwd = manage.shell_env(name, _home(home), node)
+    except HyperscopeError as exc:
+        _fail(exc)
+    sh = env.get("SHELL", "/bin/bash")
+    if command is None:
+        err.print(
+            f"{env['HYPERSCOPE_NODE']} of cluster {name}: SLURM_CONF={env['SLURM_CONF']}; exit to leave"
+        )
+    os.chdir(cwd)
+    os.execvpe(sh, [sh] if command is None else [sh, "-c", command], env)

@@ -6,6 +6,7 @@ state file or runs a Slurm command itself.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,3 +128,27 @@ def list_nodes(name: str, home: Path) -> list[NodeRow]:
             )
         )
     return rows
+
+
+def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str, str], Path]:
+    """The environment and folder of a shell "on" a node (the login node by default, else the
+    controller), as HyperPod users log in through Session Manager: ``SLURM_CONF`` set, so plain
+    ``sinfo``/``sbatch``/``srun`` reach this cluster, and the node's facts, as its lifecycle script saw."""
+    state = load(name, home)
+    if state.status != "InService":
+        raise ClusterError(
+            f"cluster {name!r} is {state.status}, not InService; see `hyperscope cluster describe {name}`"
+        )
+    logins = [n for n in state.nodes if n.role == "login"]
+    target = state.node(node) if node else (logins[0] if logins else state.node(state.controller))
+    env = {
+        **os.environ,
+        "SLURM_CONF": state.slurm_conf,
+        "HYPERSCOPE_CLUSTER": state.name,
+        "HYPERSCOPE_NODE": target.name,
+        "HYPERSCOPE_GROUP": target.group,
+        "HYPERSCOPE_ROLE": target.role,
+        "HYPERSCOPE_CONTROLLER": state.controller,
+        "HYPERSCOPE_SHARED_DIR": state.shared_dir,
+    }
+    return env, Path(state.shared_dir)
