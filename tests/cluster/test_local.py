@@ -64,10 +64,11 @@ def test_create_run_delete(tmp_path: Path, make_spec: Callable[..., ClusterSpec]
     assert re.fullmatch(r"\d+\.\d+\.\d+", slurm.version())
     # a batch job across both active nodes, waited for
     out_file = tmp_path / "job.out"
-    slurm.run(
-        "sbatch", "--wait", "-N2", "-o", str(out_file), "--wrap",
-        "srun bash -c 'echo $SLURMD_NODENAME $SLURM_PROCID'", timeout=60,
-    )  # fmt: skip
+    job = slurm.submit(
+        "--wait", "-N2", "-o", str(out_file), "--wrap", "srun bash -c 'echo $SLURMD_NODENAME $SLURM_PROCID'"
+    )
+    done = {j.id: j for j in slurm.jobs()}[job]
+    assert (done.state, done.status.value, done.nodes) == ("COMPLETED", "Completed", "workers-[1-2]")
     assert sorted(out_file.read_text().splitlines()) == ["workers-1 0", "workers-2 1"]
 
     # the lifecycle script saw its node's facts and the resource config

@@ -12,12 +12,16 @@ import pytest
 from hyperscope.cluster.slurm import (
     Slurm,
     SlurmError,
+    job_status,
     parse_config,
     parse_fields,
+    parse_sbatch,
+    parse_show_job,
     parse_show_node,
     parse_sinfo,
     parse_version,
 )
+from hyperscope.store.catalog import JobStatus
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "cluster_slurm_outputs"
 
@@ -115,3 +119,44 @@ def test_seam_errors_name_command_status_and_message() -> None:
     slow = Slurm(Path("/c"), runner=FakeRunner(exc=subprocess.TimeoutExpired("scontrol", 1)))
     with pytest.raises(SlurmError, match="gave no answer within 10 s"):
         slow.ping()
+
+
+def test_show_job_states_and_catalog_status() -> None:
+    jobs = {j.id: j for j in parse_show_job(_read("show_job.txt"))}
+    assert {i: (j.state, j.status) for i, j in jobs.items()} == {
+        1: ("COMPLETED", JobStatus.COMPLETED),
+        2: ("FAILED", JobStatus.FAILED),
+        3: ("RUNNING", JobStatus.IN_PROGRESS),
+        4: ("RUNNING", JobStatus.IN_PROGRESS),
+        5: ("CANCELLED", JobStatus.STOPPED),
+        6: ("COMPLETED", JobStatus.COMPLETED),
+        7: ("PENDING", JobStatus.IN_PROGRESS),
+    }
+    assert (jobs[1].nodes, jobs[1].num_nodes, jobs[1].exit_code) == ("workers-[1-2]", 2, "0:0")
+    assert (jobs[2].reason, jobs[2].exit_code) == ("NonZeroExitCode", "3:0")
+    assert jobs[7].nodes == "" and jobs[7].num_nodes == 4 and jobs[5].name == "cancelme"
+    assert jobs[1].fields["ReqNodeList"] == "(null)"  # NodeList= is not confused with ReqNodeList=
+
+
+@pytest.mark.parametrize(
+    ("state", "status"),
+    [
+        ("NODE_FAIL", JobStatus.FAILED),
+        ("TIMEOUT", JobStatus.FAILED),
+        ("OUT_OF_MEMORY", JobStatus.FAILED),
+        ("COMPLETING", JobStatus.STOPPING),
+        ("CANCELLED by 0", JobStatus.STOPPED),
+        ("CANCELLED+", JobStatus.STOPPED),
+        ("requeued", JobStatus.IN_PROGRESS),
+    ],
+)
+def test_job_status_mapping(state: str, status: JobStatus) -> None:
+    assert job_status(state) == status
+
+
+def test_unknown_job_state_and_sbatch_output() -> None:
+    with pytest.raises(SlurmError, match="unknown Slurm job state 'WEIRD'"):
+        job_status("WEIRD")
+    assert parse_sbatch("6\n") == 6 and parse_sbatch("12;lslurm\n") == 12
+    with pytest.raises(SlurmError, match="no job id"):
+        parse_sbatch("sbatch: error: Batch job submission failed")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hyperscope.errors import HyperscopeError
+from hyperscope.store.catalog import JobStatus
 
 #: (argv, env, timeout) -> completed process; tests pass a fake, the library uses subprocess.
 Runner = Callable[[Sequence[str], dict[str, str], float], "subprocess.CompletedProcess[str]"]
@@ -77,6 +78,14 @@ class Slurm:
 
     def version(self) -> str:
         return parse_version(self.run("scontrol", "--version").stdout)
+
+    def jobs(self) -> list[Job]:
+        """Every job slurmctld still remembers (finished ones for MinJobAge seconds)."""
+        return parse_show_job(self.run("scontrol", "show", "job", "-o").stdout)
+
+    def submit(self, *sbatch_args: str) -> int:
+        """``sbatch --parsable ARGS``; the job id."""
+        return parse_sbatch(self.run("sbatch", "--parsable", *sbatch_args).stdout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +167,93 @@ def parse_show_node(text: str) -> list[Node]:
             )
         )
     return nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One line of ``scontrol show job -o``."""
+
+    id: int
+    name: str
+    state: str  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, NODE_FAIL, ...
+    reason: str
+    exit_code: str  # "3:0" = status 3, signal 0
+    nodes: str  # Slurm's hostlist, "" while pending
+    num_nodes: int
+    restarts: int
+    fields: dict[str, str]
+
+    @property
+    def status(self) -> JobStatus:
+        return job_status(self.state)
+
+
+#: Slurm job state → the jobs catalog's status (the UI's jobs page), as issue 7 specifies.
+_JOB_STATUS = {
+    "PENDING": JobStatus.IN_PROGRESS,
+    "CONFIGURING": JobStatus.IN_PROGRESS,
+    "RUNNING": JobStatus.IN_PROGRESS,
+    "REQUEUED": JobStatus.IN_PROGRESS,
+    "REQUEUE_HOLD": JobStatus.IN_PROGRESS,
+    "REQUEUE_FED": JobStatus.IN_PROGRESS,
+    "RESIZING": JobStatus.IN_PROGRESS,
+    "SUSPENDED": JobStatus.IN_PROGRESS,
+    "COMPLETED": JobStatus.COMPLETED,
+    "FAILED": JobStatus.FAILED,
+    "NODE_FAIL": JobStatus.FAILED,
+    "TIMEOUT": JobStatus.FAILED,
+    "OUT_OF_MEMORY": JobStatus.FAILED,
+    "BOOT_FAIL": JobStatus.FAILED,
+    "DEADLINE": JobStatus.FAILED,
+    "PREEMPTED": JobStatus.FAILED,
+    "CANCELLED": JobStatus.STOPPED,
+    "REVOKED": JobStatus.STOPPED,
+    "COMPLETING": JobStatus.STOPPING,
+    "STOPPED": JobStatus.STOPPING,
+    "SIGNALING": JobStatus.STOPPING,
+    "STAGE_OUT": JobStatus.STOPPING,
+}
+
+
+def job_status(state: str) -> JobStatus:
+    """``CANCELLED by 0`` (squeue's long form) reads as CANCELLED; an unknown state is an error so
+    a new Slurm state is noticed, never shown as the wrong status."""
+    base = state.split()[0].rstrip("+").upper() if state.strip() else ""
+    try:
+        return _JOB_STATUS[base]
+    except KeyError:
+        raise SlurmError(f"unknown Slurm job state {state!r}") from None
+
+
+def parse_show_job(text: str) -> list[Job]:
+    jobs: list[Job] = []
+    for line in text.splitlines():
+        if not line.startswith("JobId="):
+            continue
+        f = parse_fields(line)
+        nodes = f.get("NodeList", "")
+        jobs.append(
+            Job(
+                id=int(f["JobId"]),
+                name=f.get("JobName", ""),
+                state=f.get("JobState", ""),
+                reason="" if f.get("Reason") in (None, "None") else f["Reason"],
+                exit_code=f.get("ExitCode", ""),
+                nodes="" if nodes == "(null)" else nodes,
+                num_nodes=_int_or(f.get("NumNodes", "").split("-")[0], 0),  # pending: "4-4" (min-max)
+                restarts=_int_or(f.get("Restarts"), 0),
+                fields=f,
+            )
+        )
+    return jobs
+
+
+def parse_sbatch(text: str) -> int:
+    """``sbatch --parsable`` prints ``ID`` or ``ID;CLUSTER``."""
+    first = text.strip().split(";")[0]
+    if not first.isdigit():
+        raise SlurmError(f"sbatch printed no job id: {text.strip()!r}")
+    return int(first)
 
 
 def parse_sinfo(text: str) -> list[SinfoRow]:
