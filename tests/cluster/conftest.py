@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from hyperscope.cluster.local import missing_requirements
+from hyperscope.cluster.local import LocalProvider, missing_requirements
 from hyperscope.cluster.spec import ClusterSpec, load_spec
+from hyperscope.cluster.state import list_states
 
 EXAMPLE_LIFECYCLE = Path(__file__).resolve().parents[2] / "examples" / "lifecycle"
 
@@ -20,6 +21,16 @@ def needs_slurm() -> None:
     why = missing_requirements()
     if why:
         pytest.skip(f"real Slurm unavailable: {why} (./dev installs it when run as root)")
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[LocalProvider]:
+    """A provider on a fresh home; whatever a failing test left running is deleted afterwards."""
+    home = tmp_path / "home"
+    p = LocalProvider(home)
+    yield p
+    for state in list_states(home):
+        p.delete(state.name)
 
 
 @pytest.fixture

@@ -39,9 +39,10 @@ def _ours(cluster_dir: Path) -> list[int]:
     return found
 
 
-def test_create_run_delete(tmp_path: Path, make_spec: Callable[..., ClusterSpec]) -> None:
+def test_create_run_delete(
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
+) -> None:
     spec = make_spec(workers=2, spares=1)
-    provider = LocalProvider(tmp_path / "home")
     steps: list[tuple[str, str]] = []
     state = provider.create(spec, lambda node, step: steps.append((node, step)))
     assert state.status == "InService"
@@ -93,14 +94,13 @@ def test_create_run_delete(tmp_path: Path, make_spec: Callable[..., ClusterSpec]
 
 
 def test_failing_lifecycle_script_leaves_nothing_running(
-    tmp_path: Path, make_spec: Callable[..., ClusterSpec]
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
 ) -> None:
     script = (
         '#!/bin/bash\necho "configuring $HYPERSCOPE_NODE"\n'
         'if [ "$HYPERSCOPE_NODE" = workers-2 ]; then echo "no space left on /scratch" >&2; exit 3; fi\n'
     )
     spec = make_spec(name="bad", workers=2, spares=0, on_create=script)
-    provider = LocalProvider(tmp_path / "home")
     with pytest.raises(ClusterError) as info:
         provider.create(spec)
     msg = str(info.value)
@@ -120,8 +120,9 @@ def test_failing_lifecycle_script_leaves_nothing_running(
     assert provider.delete("bad") and _ours(cluster_dir) == []
 
 
-def test_two_clusters_side_by_side(tmp_path: Path, make_spec: Callable[..., ClusterSpec]) -> None:
-    provider = LocalProvider(tmp_path / "home")
+def test_two_clusters_side_by_side(
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
+) -> None:
     a = provider.create(make_spec(name="a", workers=1, spares=0))
     try:
         b = provider.create(make_spec(name="b", workers=1, spares=0))
@@ -137,7 +138,7 @@ def test_two_clusters_side_by_side(tmp_path: Path, make_spec: Callable[..., Clus
 
 
 def test_slurmd_that_cannot_start_fails_cleanly(
-    tmp_path: Path, make_spec: Callable[..., ClusterSpec]
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
 ) -> None:
     """A node's port taken by another program: slurmd exits, create says so with its log, and
     stops what it had started."""
@@ -146,7 +147,6 @@ def test_slurmd_that_cannot_start_fails_cleanly(
         busy.listen()
         port = busy.getsockname()[1]
         spec = make_spec(name="busy", workers=1, spares=0, port_base=port - 1)  # workers-1 gets `port`
-        provider = LocalProvider(tmp_path / "home")
         with pytest.raises(ClusterError) as info:
             provider.create(spec)
     assert "slurmd workers-1 exited" in str(info.value), info.value
@@ -155,3 +155,20 @@ def test_slurmd_that_cannot_start_fails_cleanly(
     assert ClusterState.load(cluster_dir).status == "Failed"
     assert _ours(cluster_dir) == []
     assert provider.delete("busy")
+
+
+def test_interrupted_create_stops_what_it_started(
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
+) -> None:
+    """Ctrl-C in the middle of create (here: while the second worker is being configured)."""
+    spec = make_spec(name="intr", workers=2, spares=0)
+
+    def progress(node: str, step: str) -> None:
+        if (node, step) == ("workers-2", "running on_create.sh"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        provider.create(spec, progress)
+    state = ClusterState.load(provider.cluster_dir("intr"))
+    assert (state.status, state.error, state.procs) == ("Failed", "interrupted during create", [])
+    assert _ours(provider.cluster_dir("intr")) == []
