@@ -69,6 +69,12 @@ def test_create_describe_list_nodes_delete(tmp_path: Path, make_spec: Callable[.
             env={**os.environ, "SLURM_CONF": conf.group(1)}, capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         assert sorted(srun.stdout.split()) == sorted(["workers-1", "0", "workers-2", "1"]), srun.stderr
+        job_out = tmp_path / "job.out"
+        args = ("--wait", "-N2", "-o", str(job_out), "--wrap", "srun bash -c 'echo $SLURM_PROCID'")
+        assert re.fullmatch(
+            r"submitted job \d+ to cluster cli\n", run(home, "submit", "cli", "--", *args).stdout
+        )
+        assert sorted(job_out.read_text().split()) == ["0", "1"]
         # a shell "on" the login node, as HyperPod users get through Session Manager
         sh = run(home, "shell", "cli", "-c", 'echo "$HYPERSCOPE_NODE $PWD $SLURM_CONF"; sinfo -h -o %D')
         assert sh.stdout.split() == ["login-1", str(spec.shared_dir), conf.group(1), "2"]

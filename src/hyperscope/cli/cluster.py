@@ -191,3 +191,20 @@ def shell(
         )
     os.chdir(cwd)
     os.execvpe(sh, [sh] if command is None else [sh, "-c", command], env)
+
+
+@cluster_app.command("submit")
+def submit(
+    name: NameArg,
+    sbatch_args: Annotated[
+        list[str],
+        typer.Argument(help="sbatch's arguments and the script, after --.", metavar="-- SBATCH-ARGS"),
+    ],
+    home: HomeOption = None,
+) -> None:
+    """Submit a batch job: ``hyperscope cluster submit demo -- -N2 job.sh``."""
+    try:
+        job = manage.submit(name, _home(home), sbatch_args)
+    except HyperscopeError as exc:
+        _fail(exc)
+    out.print(f"submitted job {job} to cluster {name}")

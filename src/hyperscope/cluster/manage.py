@@ -152,3 +152,11 @@ def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str,
         "HYPERSCOPE_SHARED_DIR": state.shared_dir,
     }
     return env, Path(state.shared_dir)
+
+
+def submit(name: str, home: Path, sbatch_args: list[str]) -> int:
+    """``sbatch`` against the cluster (plain ``sbatch`` with its SLURM_CONF does the same); the job id."""
+    state = load(name, home)
+    if state.status != "InService":
+        raise ClusterError(f"cluster {name!r} is {state.status}, not InService; nothing submitted")
+    return Slurm(Path(state.slurm_conf)).submit(*sbatch_args)
