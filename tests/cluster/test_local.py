@@ -42,21 +42,22 @@ def _ours(cluster_dir: Path) -> list[int]:
 def test_create_run_delete(
     tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
 ) -> None:
-    spec = make_spec(workers=2, spares=1)
+    spec = make_spec(workers=4, spares=1)  # the example's shape: 4 workers x 2 GPUs, 1 spare
     steps: list[tuple[str, str]] = []
     state = provider.create(spec, lambda node, step: steps.append((node, step)))
     assert state.status == "InService"
-    assert ("workers-3", "idle") in steps and ("login-1", "running on_create.sh") in steps
+    assert ("workers-5", "idle") in steps and ("login-1", "running on_create.sh") in steps
     assert {n.name: n.status for n in state.nodes} == dict.fromkeys(
-        ["controller-1", "login-1", "workers-1", "workers-2", "workers-3"], "Running"
+        ["controller-1", "login-1", *(f"workers-{i}" for i in range(1, 6))], "Running"
     )
     slurm = Slurm(Path(state.slurm_conf))
     nodes = {n.name: n for n in slurm.nodes()}
     assert {k: (n.display_state, n.partitions, n.gres) for k, n in nodes.items()} == {
-        "workers-1": ("idle", ("dev",), "gpu:2"),
-        "workers-2": ("idle", ("dev",), "gpu:2"),
-        "workers-3": ("idle", (), "gpu:2"),  # the spare: up, in no partition
+        **{f"workers-{i}": ("idle", ("dev",), "gpu:2") for i in range(1, 5)},
+        "workers-5": ("idle", (), "gpu:2"),  # the spare: up, in no partition
     }
+    out = slurm.run("srun", "-N4", "bash", "-c", "echo $SLURMD_NODENAME $SLURM_PROCID").stdout
+    assert sorted(out.splitlines()) == [f"workers-{i} {i - 1}" for i in range(1, 5)]
     out = slurm.run(
         "srun", "-N2", "--gpus-per-node=2", "bash", "-c",
         "echo $SLURMD_NODENAME $SLURM_PROCID $SLURM_NODEID $CUDA_VISIBLE_DEVICES",
@@ -84,7 +85,7 @@ def test_create_run_delete(
     assert [p.pid for p in again.procs] == [p.pid for p in state.procs]
 
     procs = ClusterState.load(Path(state.dir)).procs
-    assert {p.role for p in procs} == {"munged", "slurmctld", "slurmd"} and len(procs) == 5
+    assert {p.role for p in procs} == {"munged", "slurmctld", "slurmd"} and len(procs) == 7
     assert provider.delete("t1")
     assert not any(alive(p) for p in procs)
     assert _ours(Path(state.dir)) == []

@@ -11,6 +11,7 @@ before the next one, and every failure path goes through :meth:`LocalProvider._t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -322,6 +323,8 @@ class LocalProvider:
         state.procs = []
         if state.run_dir:
             shutil.rmtree(state.run_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the shared parent, once no cluster uses it
+                Path(state.run_dir).parent.rmdir()
         if remove:
             shutil.rmtree(state.dir, ignore_errors=True)
         else:
