@@ -118,7 +118,11 @@ def describe(name: NameArg, home: HomeOption = None) -> None:
         ("slurm.conf", s.slurm_conf),
         ("shared dir", s.shared_dir),
         ("spec", s.spec_path),
-        ("daemons", f"{len(s.procs)} ({'running' if d.running else 'not running'})"),
+        (
+            "daemons",
+            ("the user's (adopted)" if s.provider == "existing" else f"{len(s.procs)}")
+            + (" (running)" if d.running else " (not running)"),
+        ),
         ("created", _when(s.created)),
     ):
         facts.add_row(Text(key, style="bold"), Text(value))

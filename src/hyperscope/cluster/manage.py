@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hyperscope.cluster.existing import ExistingProvider
 from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.slurm import Node, Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, load_spec
@@ -28,6 +29,8 @@ from hyperscope.cluster.state import (
 def provider_for(kind: str, home: Path) -> Provider:
     if kind == "local":
         return LocalProvider(home)
+    if kind == "existing":
+        return ExistingProvider(home)
     raise ClusterError(f"the {kind!r} provider is not implemented yet; use provider: local")
 
 
@@ -63,9 +66,16 @@ class Description:
     groups: list[tuple[str, str, int, int]]  # name, role, nodes, spares
 
 
+def _running(state: ClusterState) -> bool:
+    """Ours: every daemon we started is alive. Adopted: its slurmctld answers."""
+    if state.provider == "existing":
+        return Slurm(Path(state.slurm_conf)).ping()
+    return bool(state.procs) and all(alive(p) for p in state.procs)
+
+
 def describe(name: str, home: Path) -> Description:
     state = load(name, home)
-    running = bool(state.procs) and all(alive(p) for p in state.procs)
+    running = _running(state)
     version = ""
     if running:
         try:
@@ -104,7 +114,7 @@ def _health(node: Node | None, has_slurmd: bool, running: bool) -> str:
 
 def list_nodes(name: str, home: Path) -> list[NodeRow]:
     state = load(name, home)
-    running = bool(state.procs) and all(alive(p) for p in state.procs)
+    running = _running(state)
     live: dict[str, Node] = {}
     if running:
         try:

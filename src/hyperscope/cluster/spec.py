@@ -71,13 +71,17 @@ class ClusterSpec:
     name: str
     provider: str
     groups: tuple[InstanceGroup, ...]
-    lifecycle_dir: Path
+    lifecycle_dir: Path | None  # None only for the existing provider (nothing to configure)
     shared_dir: Path
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     source: Path | None = None
+    #: the existing provider: the slurm.conf of a cluster the user already runs
+    slurm_conf: Path | None = None
 
     @property
     def on_create(self) -> Path:
+        if self.lifecycle_dir is None:
+            raise SpecError(self.source or "spec", "lifecycle_scripts", "is required by this provider")
         return self.lifecycle_dir / "on_create.sh"
 
     def groups_with(self, role: Role) -> list[InstanceGroup]:
@@ -167,17 +171,7 @@ def _dir(src: Path, key: str, value: object) -> Path:
     return (p if p.is_absolute() else src.parent / p).resolve()
 
 
-def parse_spec(data: object, source: Path) -> ClusterSpec:
-    """Validate an already-loaded YAML document; ``source`` names the file in every message."""
-    top = {"name", "provider", "instance_groups", "lifecycle_scripts", "shared_dir", "slurm"}
-    d = _mapping(source, "", data, top)
-    for required in ("name", "instance_groups", "lifecycle_scripts", "shared_dir"):
-        if required not in d:
-            raise SpecError(source, required, "is required")
-    provider = d.get("provider", "local")
-    if provider not in PROVIDERS:
-        raise SpecError(source, "provider", f"must be one of {', '.join(PROVIDERS)}", provider)
-    raw_groups = d["instance_groups"]
+def _groups(source: Path, raw_groups: object) -> tuple[InstanceGroup, ...]:
     if not isinstance(raw_groups, list) or not raw_groups:
         raise SpecError(source, "instance_groups", "must be a non-empty list of groups", raw_groups)
     groups = tuple(_group(source, f"instance_groups[{i}]", g) for i, g in enumerate(raw_groups))
@@ -191,19 +185,53 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
             raise SpecError(source, "instance_groups", f"needs a group with role {role}")
     if sum(g.role == "controller" for g in groups) > 1:
         raise SpecError(source, "instance_groups", "has more than one controller group")
-    lifecycle = _dir(source, "lifecycle_scripts", d["lifecycle_scripts"])
-    if not (lifecycle / "on_create.sh").is_file():
-        raise SpecError(
-            source, "lifecycle_scripts", f"has no on_create.sh in {lifecycle}", d["lifecycle_scripts"]
-        )
+    return groups
+
+
+def parse_spec(data: object, source: Path) -> ClusterSpec:
+    """Validate an already-loaded YAML document; ``source`` names the file in every message.
+
+    The existing provider adopts a running Slurm: it names its ``slurm_conf`` and has neither
+    instance groups nor lifecycle scripts (hyperscope starts nothing there)."""
+    top = {"name", "provider", "instance_groups", "lifecycle_scripts", "shared_dir", "slurm", "slurm_conf"}
+    d = _mapping(source, "", data, top)
+    provider = d.get("provider", "local")
+    if provider not in PROVIDERS:
+        raise SpecError(source, "provider", f"must be one of {', '.join(PROVIDERS)}", provider)
+    existing = provider == "existing"
+    required = [
+        "name",
+        "shared_dir",
+        *(["slurm_conf"] if existing else ["instance_groups", "lifecycle_scripts"]),
+    ]
+    for key in required:
+        if key not in d:
+            raise SpecError(source, key, "is required" + (" by the existing provider" if existing else ""))
+    unused = ("instance_groups", "lifecycle_scripts") if existing else ("slurm_conf",)
+    for key in unused:
+        if key in d:
+            raise SpecError(source, key, f"is not used by the {provider} provider")
+    lifecycle: Path | None = None
+    slurm_conf: Path | None = None
+    if existing:
+        slurm_conf = _dir(source, "slurm_conf", d["slurm_conf"])
+        if not slurm_conf.is_file():
+            raise SpecError(source, "slurm_conf", f"no such file: {slurm_conf}", d["slurm_conf"])
+    else:
+        lifecycle = _dir(source, "lifecycle_scripts", d["lifecycle_scripts"])
+        if not (lifecycle / "on_create.sh").is_file():
+            raise SpecError(
+                source, "lifecycle_scripts", f"has no on_create.sh in {lifecycle}", d["lifecycle_scripts"]
+            )
     return ClusterSpec(
         name=_name(source, "name", d["name"]),
         provider=provider,
-        groups=groups,
+        groups=() if existing else _groups(source, d["instance_groups"]),
         lifecycle_dir=lifecycle,
         shared_dir=_dir(source, "shared_dir", d["shared_dir"]),
         slurm=_slurm(source, d.get("slurm")),
         source=source.resolve(),
+        slurm_conf=slurm_conf,
     )
 
 

@@ -1,0 +1,60 @@
+"""The existing provider: adopt a running Slurm by its slurm.conf (here: a local cluster started by
+the test), use it, forget it, and leave its daemons running."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hyperscope.cluster import manage
+from hyperscope.cluster.local import LocalProvider
+from hyperscope.cluster.spec import ClusterSpec, SpecError, load_spec
+from hyperscope.cluster.state import alive
+
+
+def _existing_spec(tmp_path: Path, conf: str, **extra: object) -> Path:
+    path = tmp_path / "adopt.yaml"
+    doc = {"name": "adopted", "provider": "existing", "slurm_conf": conf, "shared_dir": "shared", **extra}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_existing_spec_validation(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    spec = load_spec(_existing_spec(tmp_path, str(conf)))
+    assert (spec.provider, spec.groups, spec.lifecycle_dir, spec.slurm_conf) == ("existing", (), None, conf)
+    with pytest.raises(SpecError, match=r"slurm_conf: no such file: .*nope\.conf \(got 'nope\.conf'\)"):
+        load_spec(_existing_spec(tmp_path, "nope.conf"))
+    with pytest.raises(SpecError, match="instance_groups: is not used by the existing provider"):
+        load_spec(_existing_spec(tmp_path, str(conf), instance_groups=[]))
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "provider": "existing", "shared_dir": "s"}))
+    with pytest.raises(SpecError, match="slurm_conf: is required by the existing provider"):
+        load_spec(path)
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("needs_slurm")
+def test_adopt_use_and_forget(
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
+) -> None:
+    base = provider.create(make_spec(name="base", workers=2, spares=0))
+    home = provider.home
+    adopted = manage.create(_existing_spec(tmp_path, base.slurm_conf), home)
+    assert (adopted.provider, adopted.status, adopted.partition) == ("existing", "InService", "dev")
+    assert adopted.controller not in ("", "(unknown)")  # Slurm reports localhost as the host's name
+    assert adopted.procs == [] and adopted.ctld_port == base.ctld_port
+    rows = {r.node: (r.group, r.slurm_state, r.health) for r in manage.list_nodes("adopted", home)}
+    assert rows == {f"workers-{i}": ("dev", "idle", "healthy") for i in (1, 2)}
+    d = manage.describe("adopted", home)
+    assert d.running and d.slurm_version.count(".") == 2
+    assert manage.submit("adopted", home, ["--wait", "--wrap", "true"]) > 0
+    assert manage.create(_existing_spec(tmp_path, base.slurm_conf), home).status == "InService"  # again: fine
+
+    assert manage.delete("adopted", home)
+    assert all(alive(p) for p in base.procs)  # the adopted cluster's daemons are not ours to stop
+    assert [s.name for s in manage.list_clusters(home)] == ["base"]
