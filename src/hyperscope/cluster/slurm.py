@@ -84,8 +84,11 @@ class Slurm:
         return parse_show_job(self.run("scontrol", "show", "job", "-o").stdout)
 
     def submit(self, *sbatch_args: str) -> int:
-        """``sbatch --parsable ARGS``; the job id."""
-        return parse_sbatch(self.run("sbatch", "--parsable", *sbatch_args).stdout)
+        """``sbatch --parsable ARGS``; the job id. With ``--wait``/``-W`` sbatch returns when the job
+        ends, so the limit is then 11 days (selectors reject more than ~24)."""
+        waits = any(a in ("--wait", "-W") for a in sbatch_args)
+        done = self.run("sbatch", "--parsable", *sbatch_args, timeout=1e6 if waits else 60.0)
+        return parse_sbatch(done.stdout)
 
 
 @dataclass(frozen=True, slots=True)
