@@ -12,7 +12,7 @@ import yaml
 from hyperscope.cluster import manage
 from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.spec import ClusterSpec, SpecError, load_spec
-from hyperscope.cluster.state import alive
+from hyperscope.cluster.state import ClusterError, alive
 
 
 def _existing_spec(tmp_path: Path, conf: str, **extra: object) -> Path:
@@ -55,6 +55,8 @@ def test_adopt_use_and_forget(
     assert manage.submit("adopted", home, ["--wait", "--wrap", "true"]) > 0
     assert manage.create(_existing_spec(tmp_path, base.slurm_conf), home).status == "InService"  # again: fine
 
+    with pytest.raises(ClusterError, match="exists with the existing provider"):
+        provider.create(make_spec(name="adopted", workers=1, spares=0))
     assert manage.delete("adopted", home)
     assert all(alive(p) for p in base.procs)  # the adopted cluster's daemons are not ours to stop
     assert [s.name for s in manage.list_clusters(home)] == ["base"]

@@ -100,6 +100,8 @@ class LocalProvider:
         d = self.cluster_dir(spec.name)
         if (d / "cluster.json").is_file():
             old = ClusterState.load(d)
+            if old.provider != "local":  # never tear down (kill the jobs of) an adopted cluster
+                raise ClusterError(f"cluster {spec.name!r} exists with the {old.provider} provider")
             if old.spec_digest != spec_digest(spec) and old.status != "Failed":
                 raise ClusterError(
                     f"cluster {spec.name!r} exists with another spec ({old.spec_path}); "
