@@ -52,7 +52,8 @@ def test_adopt_use_and_forget(
     assert rows == {f"workers-{i}": ("dev", "idle", "healthy") for i in (1, 2)}
     d = manage.describe("adopted", home)
     assert d.running and d.slurm_version.count(".") == 2
-    assert manage.submit("adopted", home, ["--wait", "--wrap", "true"]) > 0
+    out = str(tmp_path / "job.out")  # not slurm-N.out in the working directory
+    assert manage.submit("adopted", home, ["--wait", "-o", out, "--wrap", "true"]) > 0
     assert manage.create(_existing_spec(tmp_path, base.slurm_conf), home).status == "InService"  # again: fine
 
     with pytest.raises(ClusterError, match="exists with the existing provider"):
