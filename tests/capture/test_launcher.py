@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,15 +23,22 @@ HYPERSCOPE = [sys.executable, "-m", "hyperscope"]
 
 
 def profile(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """The launcher on a command. A run that hangs is made to print every thread's stack (SIGABRT
+    with faulthandler on) before the test fails, so a hang in CI says where it was."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERSCOPE_")}
-    return subprocess.run(
-        [*HYPERSCOPE, "profile", "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-    )
+    env["PYTHONFAULTHANDLER"] = "1"
+    argv = [*HYPERSCOPE, "profile", "--home", str(home), *args]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGABRT)
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"hung for {timeout} s: {argv}\nstdout: {out[-3000:]}\nstderr: {err[-20000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def query(home: Path, job: str, sql: str) -> list[tuple[Any, ...]]:
