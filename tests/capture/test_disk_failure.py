@@ -44,6 +44,19 @@ def mounted(*args: str, target: Path) -> Iterator[None]:
         subprocess.run(["umount", "-l", str(target)], capture_output=True)
 
 
+def read_only(path: Path) -> None:
+    """Remount a bind mount read-only. The kernel refuses (EBUSY) while a file on it is open for
+    writing, as a part being written is: try again until the writer is between two parts."""
+    for _ in range(200):
+        try:
+            _mount("-o", "remount,bind,ro", str(path))
+            return
+        except subprocess.CalledProcessError:
+            time.sleep(0.02)
+    done = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, f"cannot remount {path} read-only: {done.stderr}"
+
+
 def start(home: Path, job: str, steps: int, logs: Path) -> subprocess.Popen[str]:
     """The launcher on a plain script; its output goes to files (a full pipe would stall it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERSCOPE_")}
@@ -107,7 +120,7 @@ def test_events_directory_turns_read_only(tmp_path: Path) -> None:
     try:
         events = wait_for_parts(home, 2, proc, tmp_path)
         with mounted("--bind", str(events), target=events):
-            _mount("-o", "remount,bind,ro", str(events))
+            read_only(events)
             out, err = finish(proc, tmp_path)
     finally:
         proc.kill()
