@@ -7,12 +7,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hyperscope import JobStatus, Store
 from hyperscope.store.catalog import RankStatus
+from tests.capture.profiles import query
 from tests.conftest import REPO
 
 pytest.importorskip("torch", reason="capture tests need PyTorch (./dev test installs it)")
@@ -39,15 +39,6 @@ def profile(home: Path, *args: str, timeout: float = 240) -> subprocess.Complete
         out, err = proc.communicate(timeout=30)
         pytest.fail(f"hung for {timeout} s: {argv}\nstdout: {out[-3000:]}\nstderr: {err[-20000:]}")
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
-def query(home: Path, job: str, sql: str) -> list[tuple[Any, ...]]:
-    with Store(home) as store:
-        con = store.profile(job).connect()
-        try:
-            return con.sql(sql).fetchall()
-        finally:
-            con.close()
 
 
 def test_unmodified_script_gets_steps_from_its_optimizer(tmp_path: Path) -> None:

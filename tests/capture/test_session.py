@@ -17,6 +17,7 @@ import hyperscope as hs
 from hyperscope import JobStatus, Store
 from hyperscope.capture import api
 from hyperscope.store.catalog import RankStatus
+from tests.capture.profiles import query
 
 torch = pytest.importorskip("torch", reason="capture tests need PyTorch (./dev test installs it)")
 pytestmark = pytest.mark.capture
@@ -44,15 +45,6 @@ def _train_step(model: Any, opt: Any) -> None:
     hs.annotation_end(handle)
     opt.step()
     opt.zero_grad()
-
-
-def _query(home: Path, job: str, sql: str) -> list[tuple[Any, ...]]:
-    with Store(home) as store:
-        con = store.profile(job).connect()
-        try:
-            return con.sql(sql).fetchall()
-        finally:
-            con.close()
 
 
 def test_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
@@ -114,10 +106,10 @@ def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
         hs.step()
     hs.stop_profiling()
 
-    steps = _query(home, "window", "SELECT name, dur_ns > 0 FROM events WHERE kind = 'step' ORDER BY ts_ns")
+    steps = query(home, "window", "SELECT name, dur_ns > 0 FROM events WHERE kind = 'step' ORDER BY ts_ns")
     assert steps == [("ProfilerStep#2", True), ("ProfilerStep#3", True), ("ProfilerStep#4", True)]
     marks = dict(
-        _query(
+        query(
             home,
             "window",
             "SELECT name, count(*) FROM events WHERE kind = 'annotation' "
@@ -126,7 +118,7 @@ def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
     )
     assert marks == {"forward": 3, "backward": 3, "decorated": 3, "in-thread": 3}
     tids = dict(
-        _query(
+        query(
             home,
             "window",
             "SELECT name, list(DISTINCT tid) FROM events WHERE kind = 'annotation' "
@@ -136,7 +128,7 @@ def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
     assert tids["forward"] == [threading.get_native_id()]
     assert threading.get_native_id() not in tids["in-thread"]
     # operators were recorded inside the window only
-    inside = _query(
+    inside = query(
         home,
         "window",
         "SELECT count(*) FILTER (WHERE e.ts_ns >= w.lo AND e.ts_ns <= w.hi), count(*) FROM events e, "
@@ -144,7 +136,7 @@ def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
         "WHERE e.kind = 'cpu_op'",
     )
     assert inside[0][1] > 50 and inside[0][0] == inside[0][1]
-    samples = _query(home, "window", "SELECT DISTINCT metric FROM samples")
+    samples = query(home, "window", "SELECT DISTINCT metric FROM samples")
     assert {("cpu_util_pct",), ("process_rss_bytes",)} <= set(samples)
     with Store(home) as store:
         job = store.job("window")
@@ -166,16 +158,16 @@ def test_events_appear_while_the_job_runs(tmp_path: Path) -> None:
         _train_step(model, opt)
         hs.step()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not _query(home, "live", "SELECT 1 FROM events LIMIT 1"):
+    while time.monotonic() < deadline and not query(home, "live", "SELECT 1 FROM events LIMIT 1"):
         time.sleep(0.05)
     with Store(home) as store:
         assert store.job("live").status is JobStatus.IN_PROGRESS
-    running = _query(home, "live", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0]
+    running = query(home, "live", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0]
     assert running >= 2
     hs.stop_profiling()
     with Store(home) as store:
         assert store.job("live").status is JobStatus.COMPLETED
-    assert _query(home, "live", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0] == 5
+    assert query(home, "live", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0] == 5
 
 
 def test_calls_without_a_capture_do_nothing(tmp_path: Path) -> None:
@@ -203,7 +195,7 @@ def test_duration_ends_the_capture(tmp_path: Path) -> None:
         hs.step()
     with Store(home) as store:  # ended on its own, before stop_profiling
         assert store.job("timed").status is JobStatus.COMPLETED
-    recorded = _query(home, "timed", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0]
+    recorded = query(home, "timed", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0]
     assert 3 <= recorded <= 7
 
 
@@ -219,7 +211,7 @@ def test_memory_is_bounded_by_configuration(tmp_path: Path) -> None:
             pass
     hs.step()
     hs.stop_profiling()
-    assert _query(home, "bounded", "SELECT count(*) FROM events")[0][0] == 1000
+    assert query(home, "bounded", "SELECT count(*) FROM events")[0][0] == 1000
     with Store(home) as store:
         notes = store.profile("bounded").meta.ranks[0].notes
     assert any("501 annotations dropped" in n for n in notes)
@@ -249,7 +241,7 @@ def test_the_event_rate_brings_files_forward(tmp_path: Path) -> None:
         parts = [pq.read_metadata(p).num_rows for p in sorted((profile.path / "events").glob("*.parquet"))]
     # Files: one step's worth (to learn the rate), one when ~1000 Kineto events were due, the rest
     # at stop; each flush also writes the annotations' part. The step count alone gives one.
-    ops = _query(home, "rate", "SELECT count(*) FROM events WHERE kind IN ('cpu_op', 'flow')")[0][0]
+    ops = query(home, "rate", "SELECT count(*) FROM events WHERE kind IN ('cpu_op', 'flow')")[0][0]
     assert ops > 1000 and len(parts) >= 5, (ops, parts)
     assert max(parts) <= 1000 + 12 * 20  # no file much beyond the bound
 
