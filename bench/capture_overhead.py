@@ -50,16 +50,7 @@ model, optimizer, loss_fn = ex.build(args)
 device = torch.device(args.device)
 
 def train_step():
-    inputs, targets = ex.batch(args, device)
-    with hs.annotate("forward"):
-        logits = model(inputs)
-        loss = loss_fn(logits.reshape(-1, args.vocab), targets.reshape(-1))
-    with hs.annotate("backward"):
-        loss.backward()
-    handle = hs.annotation_begin("optimizer")
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    hs.annotation_end(handle)
+    ex.train_step(args, model, optimizer, loss_fn, device)
 
 for _ in range(warmup):
     train_step()

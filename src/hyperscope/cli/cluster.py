@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
+from hyperscope.cli._options import HomeOption
 from hyperscope.cluster import manage
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.store import default_home
@@ -36,15 +37,6 @@ cluster_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-HomeOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--home",
-        help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.",
-        show_default=False,
-        metavar="DIR",
-    ),
-]
 NameArg = Annotated[str, typer.Argument(help="The cluster's name (from its spec).", metavar="NAME")]
 
 

@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hyperscope import __version__
+from hyperscope.cli._options import HomeOption
 from hyperscope.cli.cluster import cluster_app
 from hyperscope.cli.profile import profile as profile_command
 from hyperscope.cli.report import report as report_command
@@ -55,15 +56,6 @@ out = Console(highlight=False)
 # hold '[').
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-HomeOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--home",
-        help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.",
-        show_default=False,
-        metavar="DIR",
-    ),
-]
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from hyperscope.capture.config import ProfilerConfig, parse_steps
 from hyperscope.capture.launcher import run
+from hyperscope.cli._options import HomeOption
 from hyperscope.errors import HyperscopeError, UsageError
 
 
@@ -63,10 +63,7 @@ def profile(
     flush_min_gap: Annotated[
         float, typer.Option(help="...but at most one file per this many seconds.", metavar="SECONDS")
     ] = 1.0,
-    home: Annotated[
-        Path | None,
-        typer.Option(help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.", metavar="DIR"),
-    ] = None,
+    home: HomeOption = None,
 ) -> None:
     """Profile a training command, unmodified, on every rank it starts.
 

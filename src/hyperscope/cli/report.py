@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -26,6 +25,7 @@ from hyperscope.analysis import (
     parse_steps,
     to_json,
 )
+from hyperscope.cli._options import HomeOption
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.store import Store
 
@@ -78,15 +78,7 @@ def report(
         bool,
         typer.Option("--hta", help="Also compute HTA 0.5.0's temporal/kernel breakdown and overlap."),
     ] = False,
-    home: Annotated[
-        Path | None,
-        typer.Option(
-            "--home",
-            help="Store directory. Default: $HYPERSCOPE_HOME, else ~/.hyperscope.",
-            show_default=False,
-            metavar="DIR",
-        ),
-    ] = None,
+    home: HomeOption = None,
 ) -> None:
     """Print the dashboard of a job's newest profile: GPU busy/idle, compute vs communication,
     idle causes, step times, stragglers, top kernels, precision, memory copies, launch latency,
