@@ -30,6 +30,8 @@ VARIANTS = ("none", "torch.profiler", "hyperscope", "hyperscope+cpu_ops")
 MODELS: dict[str, list[str]] = {
     "transformer": ["--d-model", "256", "--layers", "4", "--heads", "4", "--batch", "16", "--seq", "128"],
     "tiny": ["--tiny"],
+    # GPU-bound steps (about 0.1 s on an H200), as in real training: chosen with --models gpu
+    "gpu": ["--d-model", "1024", "--layers", "8", "--heads", "16", "--batch", "32", "--seq", "512"],
 }
 
 CHILD = f"""

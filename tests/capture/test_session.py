@@ -76,6 +76,29 @@ def test_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
     assert mine == imported
 
 
+def test_releases_without_trace_activities_read_kinetos_json_into_the_same_rows() -> None:
+    """PyTorch 2.11's results offer no ``trace_activities``: the JSON route must give equal rows."""
+    from hyperscope.capture.torch_backend import Activities, KinetoSession, kineto_table
+
+    class OlderResult:  # what such a release offers: save(), no trace_activities()
+        def __init__(self, inner: Any) -> None:
+            self.save = inner.save
+
+    model, kineto = _model(), KinetoSession(Activities(cpu=True, cuda=False))
+    kineto.start()
+    for _ in range(3):
+        with torch.profiler.record_function("forward"):
+            loss = model(torch.randn(4, 32)).sum()
+        loss.backward()
+    result = kineto.stop()
+    con = duckdb.connect()
+    con.register("direct", kineto_table(result, rank=0, node="n", con=con))
+    con.register("via_json", kineto_table(OlderResult(result), rank=0, node="n", con=con))
+    direct = con.sql("SELECT * FROM direct ORDER BY ALL").fetchall()
+    assert len(direct) > 100
+    assert con.sql("SELECT * FROM via_json ORDER BY ALL").fetchall() == direct
+
+
 def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
     home = tmp_path / "home"
     config = hs.ProfilerConfig(

@@ -84,10 +84,12 @@ def test_kernels_with_launch_configuration(gpu_home: Path) -> None:
 
 
 def test_every_kernel_is_linked_to_the_launch_that_caused_it(gpu_home: Path) -> None:
+    # cuBLAS and CUTLASS launch through the driver (cuLaunchKernel): 840 of 10,902 kernels on an H200
     kernels, linked, positive_delay = _rows(
         gpu_home,
         "SELECT count(*), count(r.ts_ns), count(*) FILTER (WHERE k.ts_ns >= r.ts_ns) "
-        "FROM events k LEFT JOIN events r ON r.kind = 'runtime' AND r.correlation = k.correlation "
+        "FROM events k LEFT JOIN events r ON r.kind IN ('runtime', 'driver') "
+        "AND r.correlation = k.correlation "
         "AND r.rank = k.rank WHERE k.kind = 'kernel'",
     )[0]
     assert linked == kernels and positive_delay == kernels  # a kernel starts after its launch

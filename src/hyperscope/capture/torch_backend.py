@@ -4,14 +4,16 @@ hyperscope drives the profiler below ``torch.profiler.profile``: it enables Kine
 each flush, and reads the activities Kineto recorded straight into rows of the event schema. It
 skips what makes ``torch.profiler`` heavy on long runs: the tree of ``FunctionEvent`` Python
 objects and the Chrome JSON text. The rows are exactly what importing that JSON would give (the
-same SQL turns both into typed columns; a test holds them equal).
+same SQL turns both into typed columns; a test holds them equal). PyTorch releases whose results
+cannot be read that way (2.11) go through Kineto's JSON export instead, with the same rows.
 """
 
 from __future__ import annotations
 
-import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import duckdb
@@ -198,34 +200,67 @@ def _trace_rows(result: Any) -> Iterator[list[tuple[Any, ...]]]:
     yield rows
 
 
-def _event_rows(result: Any) -> Iterator[tuple[Any, ...]]:
-    """The same from ``result.events()``, for PyTorch releases without ``trace_activities``.
+def _json_rows(result: Any) -> Iterator[pa.Table]:
+    """The same rows for PyTorch releases whose results have no ``trace_activities`` (2.11 has
+    none): Kineto's own JSON export, read back by the importer's reader.
 
-    Host threads then carry the profiler's own thread numbers, not the system's.
+    Slower than reading the activities (the JSON is written and parsed once per part), but
+    complete: ``result.events()`` of those releases lacks the args (grid, block, stream, bytes)
+    that kernels and copies need. The JSON's process names, the profiler's own span and its
+    instants are what the direct reading does not give, so they are left out here too.
     """
-    pid = os.getpid()
-    for ev in result.events():
-        cat = ev.activity_type()
-        on_host = str(ev.device_type()).endswith("CPU")
-        ev_pid = pid if on_host else ev.device_index()
-        tid = ev.start_thread_id() if on_host else ev.device_resource_id()
-        parts = []
-        if ev.linked_correlation_id():
-            parts.append(f'"External id": {ev.linked_correlation_id()}')
-        elif cat not in _DEVICE_SIDE and ev.correlation_id():
-            parts.append(f'"External id": {ev.correlation_id()}')
-        meta = _meta(ev)
-        if meta:
-            parts.append(meta)
-        args = "{" + ", ".join(parts) + "}" if parts else None
-        yield ("X", cat, _name(ev), ev_pid, tid, ev.start_ns(), max(ev.duration_ns(), 0), None, None, args)
+    from hyperscope.store import _sql
+    from hyperscope.store._tracefile import TraceFile
+
+    with tempfile.TemporaryDirectory(prefix="hyperscope-kineto-") as tmp:
+        trace, events = Path(tmp) / "trace.json", Path(tmp) / "events.json"
+        result.save(str(trace))
+        con = duckdb.connect(config={"threads": 1})
+        try:
+            con.execute("SET enable_progress_bar = false")
+            source = TraceFile(trace)
+            for chunk in source.chunks():
+                events.write_bytes(b"[" + chunk.text + b"]")
+                con.execute(_sql.read_raw(str(events)))
+                base = source.header.get("baseTimeNanoseconds")  # the JSON's times count from it
+                offset = base if isinstance(base, int) else 0
+                yield con.sql(_FROM_JSON, params=[offset]).to_arrow_table().cast(_JSON_RAW_SCHEMA)
+        finally:
+            con.close()
+
+
+#: Rows of the importer's ``raw`` table (JSON fields) as text, times as exact integer ns.
+_FROM_JSON: Final = """
+SELECT ph::VARCHAR AS ph, cat::VARCHAR AS cat, name::VARCHAR AS name, pid::VARCHAR AS pid,
+       tid::VARCHAR AS tid, (ts * 1000)::BIGINT + $1 AS ts_ns, (dur * 1000)::BIGINT AS dur_ns,
+       id::VARCHAR AS id, bp::VARCHAR AS bp, s::VARCHAR AS s, args::VARCHAR AS args,
+       __extra::VARCHAR AS extra
+FROM raw WHERE (ph ->> '$') NOT IN ('M', 'i') AND (cat ->> '$') IS DISTINCT FROM 'Trace'
+"""
+
+_JSON_RAW_SCHEMA: Final = pa.schema(
+    [(c, pa.string()) for c in ("ph", "cat", "name", "pid", "tid")]
+    + [("ts_ns", pa.int64()), ("dur_ns", pa.int64())]
+    + [(c, pa.string()) for c in ("id", "bp", "s", "args", "extra")]
+)
+
+#: ``_JSON_RAW_SCHEMA`` rows back in the importer's ``raw`` layout.
+_JSON_AS_RAW: Final = """
+CREATE OR REPLACE TEMP TABLE raw AS SELECT
+    ph::JSON AS ph, cat::JSON AS cat, name::JSON AS name, pid::JSON AS pid, tid::JSON AS tid,
+    ts_ns::DECIMAL(38, 0) * 0.001::DECIMAL(4, 3) AS ts,
+    dur_ns::DECIMAL(38, 0) * 0.001::DECIMAL(4, 3) AS dur,
+    id::JSON AS id, bp::JSON AS bp, s::JSON AS s, args::JSON AS args, extra::JSON AS __extra
+FROM kineto_rows
+"""
 
 
 def kineto_rows(result: Any) -> pa.Table:
     """Kineto's activities as a table of raw rows (before typing)."""
-    slices = _trace_rows(result) if hasattr(result, "trace_activities") else [list(_event_rows(result))]
+    if not hasattr(result, "trace_activities"):
+        return pa.concat_tables([_JSON_RAW_SCHEMA.empty_table(), *_json_rows(result)])
     batches = []
-    for chunk in slices:
+    for chunk in _trace_rows(result):
         if chunk:
             columns = zip(*chunk, strict=True)  # one transposition in C, not a loop per value
             arrays = [pa.array(c, type=f.type) for c, f in zip(columns, _RAW_SCHEMA, strict=True)]
@@ -254,7 +289,7 @@ def typed_rows(raw: pa.Table, *, rank: int, node: str, con: duckdb.DuckDBPyConne
 def _typed_slice(raw: pa.Table, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:
     con.register("kineto_rows", raw)
     try:
-        con.execute(_AS_RAW)
+        con.execute(_JSON_AS_RAW if raw.schema.equals(_JSON_RAW_SCHEMA) else _AS_RAW)
         names = ", ".join(f.name for f in EVENT_SCHEMA)
         table = con.sql(f"SELECT {names} FROM ({rows_sql(rank, node)}) ORDER BY {', '.join(SORT_KEY)}")
         return table.to_arrow_table().cast(EVENT_SCHEMA)

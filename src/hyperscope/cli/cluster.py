@@ -12,17 +12,13 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
-from hyperscope.cli._options import HomeOption
+from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cluster import manage
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.store import default_home
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 cluster_app = typer.Typer(
     name="cluster",

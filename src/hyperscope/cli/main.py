@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -26,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hyperscope import __version__
-from hyperscope.cli._options import HomeOption
+from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cli.cluster import cluster_app
 from hyperscope.cli.profile import profile as profile_command
 from hyperscope.cli.report import report as report_command
@@ -51,10 +50,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-out = Console(highlight=False)
-# Errors are never wrapped (paths stay whole for logs and grep) nor read as markup (a file name may
-# hold '[').
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 

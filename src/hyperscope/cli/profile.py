@@ -8,7 +8,7 @@ import typer
 
 from hyperscope.capture.config import ProfilerConfig, parse_steps
 from hyperscope.capture.launcher import run
-from hyperscope.cli._options import HomeOption
+from hyperscope.cli._options import HomeOption, err
 from hyperscope.errors import HyperscopeError, UsageError
 
 
@@ -76,7 +76,7 @@ def profile(
     The job appears in `hyperscope jobs` as soon as the first rank starts (InProgress), then
     Completed, or Failed when the command fails; hyperscope exits with the command's exit code.
     """
-    from hyperscope.cli.main import _fail, err
+    from hyperscope.cli.main import _fail
 
     try:
         config = ProfilerConfig(

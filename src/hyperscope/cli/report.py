@@ -11,7 +11,6 @@ import math
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -25,12 +24,9 @@ from hyperscope.analysis import (
     parse_steps,
     to_json,
 )
-from hyperscope.cli._options import HomeOption
+from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.store import Store
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: Sections printed in a terminal, in order; JSON carries every table of the dashboard.
 _SHOWN = (
