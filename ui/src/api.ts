@@ -1,0 +1,203 @@
+// The JSON API of `hyperscope ui` (docs/ui-api.md): typed fetches, errors carry the server's detail.
+
+export type JobStatus = "InProgress" | "Completed" | "Failed" | "Stopped" | "Stopping";
+export const STATUSES: JobStatus[] = ["InProgress", "Completed", "Failed", "Stopped", "Stopping"];
+
+export interface Job {
+  id: number;
+  name: string;
+  status: JobStatus;
+  created_ns: number;
+  updated_ns: number;
+  nodes: string[];
+  ranks: number;
+  message: string;
+  latest_profile: string | null;
+  profiles: number;
+}
+
+export interface JobList {
+  total: number;
+  jobs: Job[];
+}
+
+export interface ProfileSummary {
+  id: string;
+  created_ns: number;
+  source: string;
+  events: number;
+  ranks: number;
+  bytes: number;
+  origin: string;
+}
+
+export interface JobDetail extends Job {
+  profile_list: ProfileSummary[];
+}
+
+export interface RankInfo {
+  rank: number;
+  node: string;
+  local_rank: number;
+  events: number;
+  complete: boolean;
+  devices: string[];
+  source_file: string;
+  notes: string[];
+}
+
+export interface ProfileInfo {
+  id: string;
+  job: string;
+  job_id: number;
+  status: JobStatus;
+  source: string;
+  created_ns: number;
+  events: number;
+  bytes: number;
+  ts_min_ns: number;
+  ts_max_ns: number;
+  world_size: number;
+  ranks: RankInfo[];
+  settings: Record<string, unknown>;
+  notes: string[];
+}
+
+export interface Filters {
+  nodes: string[];
+  ranks: number[];
+  steps: { min: number; max: number } | null;
+  annotations: string[];
+}
+
+export type Row = Record<string, string | number | boolean | null>;
+
+export interface Table {
+  title: string;
+  columns: string[];
+  rows: Row[];
+  notes: string[];
+}
+
+export interface Dashboard {
+  tables: Record<string, Table>;
+  scope: { nodes: string[] | null; ranks: number[] | null; steps: string | null } | Record<string, unknown>;
+  elapsed_ms: number;
+}
+
+export interface AnnotationHistogram {
+  stats: Row | null;
+  histogram: Table;
+}
+
+/** What the filter bar asks for; empty lists and nulls mean "all". */
+export interface Scope {
+  nodes: string[];
+  ranks: number[];
+  steps: { from: number; to: number } | null;
+  topK: number;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly detail: string,
+    readonly url: string,
+  ) {
+    super(`${status}: ${detail}`);
+  }
+}
+
+type Params = Record<string, string | number | (string | number)[] | null | undefined>;
+
+export function query(params: Params): string {
+  const q = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) {
+    if (value === null || value === undefined || value === "") continue;
+    for (const v of Array.isArray(value) ? value : [value]) q.append(key, String(v));
+  }
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}
+
+async function get<T>(path: string, params: Params = {}, signal?: AbortSignal): Promise<T> {
+  const url = `/api${path}${query(params)}`;
+  let response: Response;
+  try {
+    response = await fetch(url, { headers: { Accept: "application/json" }, signal });
+  } catch (err) {
+    if (err instanceof DOMException && err.name === "AbortError") throw err;
+    throw new ApiError(0, `the server did not answer (${String(err)}); is \`hyperscope ui\` running?`, url);
+  }
+  if (!response.ok) {
+    let detail = response.statusText || "request failed";
+    try {
+      const body: unknown = await response.json();
+      if (body && typeof body === "object" && "detail" in body) {
+        const d = (body as { detail: unknown }).detail;
+        detail = typeof d === "string" ? d : JSON.stringify(d);
+      }
+    } catch {
+      /* not JSON: keep the status text */
+    }
+    throw new ApiError(response.status, detail, url);
+  }
+  return (await response.json()) as T;
+}
+
+export interface JobQuery {
+  search: string;
+  statuses: JobStatus[];
+  createdAfterNs: string;
+  createdBeforeNs: string;
+  sort: "created" | "name" | "status" | "ranks";
+  order: "asc" | "desc";
+}
+
+export function listJobs(q: JobQuery, signal?: AbortSignal): Promise<JobList> {
+  return get<JobList>(
+    "/jobs",
+    {
+      search: q.search.trim(),
+      status: q.statuses,
+      created_after_ns: q.createdAfterNs,
+      created_before_ns: q.createdBeforeNs,
+      sort: q.sort,
+      order: q.order,
+      limit: 1000,
+    },
+    signal,
+  );
+}
+
+export function getJob(idOrName: string | number): Promise<JobDetail> {
+  return get<JobDetail>(`/jobs/${encodeURIComponent(String(idOrName))}`);
+}
+
+export function getProfile(id: string): Promise<ProfileInfo> {
+  return get<ProfileInfo>(`/profiles/${encodeURIComponent(id)}`);
+}
+
+export function getFilters(id: string): Promise<Filters> {
+  return get<Filters>(`/profiles/${encodeURIComponent(id)}/filters`);
+}
+
+function scopeParams(scope: Scope): Params {
+  const steps = scope.steps ? `${scope.steps.from}:${scope.steps.to}` : null;
+  return { node: scope.nodes, rank: scope.ranks, steps };
+}
+
+export function getDashboard(id: string, scope: Scope, signal?: AbortSignal): Promise<Dashboard> {
+  return get<Dashboard>(
+    `/profiles/${encodeURIComponent(id)}/dashboard`,
+    { ...scopeParams(scope), top_k: scope.topK },
+    signal,
+  );
+}
+
+export function getAnnotationHistogram(id: string, name: string, scope: Scope): Promise<AnnotationHistogram> {
+  return get<AnnotationHistogram>(
+    `/profiles/${encodeURIComponent(id)}/annotations/${encodeURIComponent(name)}/histogram`,
+    { ...scopeParams(scope), bins: 20 },
+  );
+}

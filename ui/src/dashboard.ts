@@ -1,0 +1,277 @@
+// The dashboard of the loaded profile: a filter bar (node, rank, steps), every chart of the
+// analysis tables, and the custom annotation charts. Running jobs are re-queried every few seconds.
+import { type Filters, type Scope, getDashboard, getFilters, getJob } from "./api";
+import { customCharts } from "./annotations";
+import { type Card, card, disposeAll, render } from "./charts";
+import { h } from "./dom";
+import { clearError, describe, showError } from "./errors";
+import { hooks } from "./hooks";
+import { type Loaded, loaded, onLoadedChange, setLoaded } from "./loaded";
+import { cpuTime, cpuUtilization } from "./panels/cpu";
+import { gpuActivity, gpuTime, gpuUtilization, gpuUtilizationNodes, memoryOps, precision } from "./panels/gpu";
+import { kernelLaunches, kernelTime } from "./panels/kernels";
+import { latencyHistogram, ranks, stepHistogram } from "./panels/steps";
+import type { Panel } from "./panels/types";
+
+const REFRESH_MS = 5000;
+const DEFAULT_TOP_K = 15;
+
+const SECTIONS: { title: string; panels: Panel[] }[] = [
+  { title: "GPU", panels: [gpuTime, gpuActivity, memoryOps, precision, gpuUtilizationNodes, gpuUtilization] },
+  { title: "Kernels", panels: [kernelTime, kernelLaunches, latencyHistogram] },
+  { title: "Steps and ranks", panels: [stepHistogram, ranks] },
+  { title: "CPU", panels: [cpuTime, cpuUtilization] },
+];
+
+export interface DashboardPage {
+  root: HTMLElement;
+  setActive(active: boolean): void;
+}
+
+export function dashboardPage(): DashboardPage {
+  let active = false;
+  let profileId: string | null = null;
+  let filters: Filters | null = null;
+  let scope: Scope = { nodes: [], ranks: [], steps: null, topK: DEFAULT_TOP_K };
+  let generation = 0;
+  let timer: number | undefined;
+  let inflight: AbortController | null = null;
+
+  const cards = new Map<string, Card>();
+  const sections = SECTIONS.map((s) =>
+    h(
+      "section",
+      { class: "dash-section" },
+      h("h2", {}, s.title),
+      h(
+        "div",
+        { class: "grid" },
+        s.panels.map((p) => {
+          const c = card(p.name, p.title, p.wide ? "wide" : "");
+          cards.set(p.name, c);
+          return c.root;
+        }),
+      ),
+    ),
+  );
+
+  // top k, in the kernel chart's header
+  const topK = h("input", { type: "number", id: "top-k", min: 1, max: 200, value: DEFAULT_TOP_K, "aria-label": "top k kernels" });
+  topK.addEventListener("change", () => {
+    const k = Math.max(1, Math.min(200, Math.round(Number(topK.value)) || DEFAULT_TOP_K));
+    topK.value = String(k);
+    scope = { ...scope, topK: k };
+    void refresh();
+  });
+  cards.get("kernels")?.tools.append(h("label", { class: "field" }, "top k", topK));
+
+  // filter bar
+  const nodeSel = h("select", { id: "filter-node", "aria-label": "Node" });
+  const rankSel = h("select", { id: "filter-rank", "aria-label": "Rank" });
+  const stepFrom = h("input", { type: "number", id: "filter-step-from", "aria-label": "First step", min: 0 });
+  const stepTo = h("input", { type: "number", id: "filter-step-to", "aria-label": "Last step", min: 0 });
+  const scopeText = h("span", { class: "muted", id: "scope-text" });
+  const apply = h("button", { type: "button", id: "filter-apply" }, "Apply");
+  const reset = h("button", { type: "button", id: "filter-reset", class: "secondary" }, "Reset");
+  const filterBar = h(
+    "form",
+    { class: "filter-bar", id: "filter-bar", onsubmit: (e: Event) => e.preventDefault() },
+    h("label", { class: "field" }, "Node", nodeSel),
+    h("label", { class: "field" }, "Rank", rankSel),
+    h("label", { class: "field" }, "Steps", stepFrom, "to", stepTo),
+    apply,
+    reset,
+    scopeText,
+  );
+  apply.addEventListener("click", () => {
+    scope = { ...scope, ...readFilters() };
+    void refresh();
+  });
+  reset.addEventListener("click", () => {
+    fillFilters();
+    scope = { nodes: [], ranks: [], steps: null, topK: scope.topK };
+    void refresh();
+  });
+
+  const custom = customCharts(() => (profileId ? { profileId, scope } : null));
+  const status = h("div", { class: "dash-status", id: "dash-status" });
+  const body = h("div", { class: "dash-body" }, filterBar, status, ...sections, custom.root);
+  const placeholder = h(
+    "div",
+    { class: "placeholder", id: "dash-placeholder" },
+    h("p", {}, "No profile loaded."),
+    h("p", {}, h("a", { href: "#/jobs" }, "Open the Jobs page"), " and load a job to see its dashboard."),
+  );
+  const root = h("main", { class: "page dashboard-page", id: "dashboard", "data-state": "idle" }, placeholder, body);
+
+  function readFilters(): Pick<Scope, "nodes" | "ranks" | "steps"> {
+    const nodes = nodeSel.value ? [nodeSel.value] : [];
+    const ranksPicked = rankSel.value !== "" ? [Number(rankSel.value)] : [];
+    let steps: Scope["steps"] = null;
+    const from = stepFrom.value.trim();
+    const to = stepTo.value.trim();
+    const bounds = filters?.steps;
+    if (from !== "" || to !== "") {
+      const a = from !== "" ? Number(from) : (bounds?.min ?? 0);
+      const b = to !== "" ? Number(to) : (bounds?.max ?? a);
+      // the whole range is "all steps": leave it out so the span stays the profile's
+      if (!(bounds && a === bounds.min && b === bounds.max)) steps = { from: a, to: b };
+    }
+    return { nodes, ranks: ranksPicked, steps };
+  }
+
+  function fillFilters(): void {
+    const f = filters;
+    nodeSel.replaceChildren(h("option", { value: "" }, "All nodes"), ...(f?.nodes ?? []).map((n) => h("option", { value: n }, n)));
+    rankSel.replaceChildren(
+      h("option", { value: "" }, "All ranks"),
+      ...(f?.ranks ?? []).map((r) => h("option", { value: String(r) }, `rank ${r}`)),
+    );
+    stepFrom.value = "";
+    stepTo.value = "";
+    const steps = f?.steps;
+    stepFrom.placeholder = steps ? String(steps.min) : "–";
+    stepTo.placeholder = steps ? String(steps.max) : "–";
+    stepFrom.disabled = stepTo.disabled = !steps;
+    custom.setAnnotations(f?.annotations ?? []);
+  }
+
+  function describeScope(): string {
+    const parts = [
+      scope.nodes.length ? `node ${scope.nodes.join(", ")}` : "all nodes",
+      scope.ranks.length ? `rank ${scope.ranks.join(", ")}` : "all ranks",
+      scope.steps ? `steps ${scope.steps.from} to ${scope.steps.to}` : "all steps",
+    ];
+    return `Showing ${parts.join(", ")}.`;
+  }
+
+  async function open(l: Loaded | null): Promise<void> {
+    generation += 1;
+    const mine = generation;
+    inflight?.abort();
+    window.clearTimeout(timer);
+    disposeAll();
+    custom.clear();
+    hooks.dashboard = null;
+    profileId = l?.profileId ?? null;
+    filters = null;
+    scope = { nodes: [], ranks: [], steps: null, topK: scope.topK };
+    if (!l) {
+      root.dataset.state = "idle";
+      hooks.state = "idle";
+      placeholder.hidden = false;
+      body.hidden = true;
+      return;
+    }
+    placeholder.hidden = true;
+    body.hidden = false;
+    root.dataset.state = "loading";
+    hooks.state = "loading";
+    try {
+      const f = await getFilters(l.profileId);
+      if (mine !== generation) return;
+      filters = f;
+    } catch (err) {
+      if (mine !== generation) return;
+      failed(err);
+      return;
+    }
+    fillFilters();
+    await refresh();
+  }
+
+  function failed(err: unknown): void {
+    root.dataset.state = "error";
+    hooks.state = "error";
+    status.replaceChildren(h("p", { class: "error-inline", role: "alert" }, describe(err)));
+    showError(err);
+  }
+
+  async function refresh(): Promise<void> {
+    const id = profileId;
+    if (!id) return;
+    const mine = generation;
+    window.clearTimeout(timer);
+    inflight?.abort();
+    const ctrl = new AbortController();
+    inflight = ctrl;
+    root.dataset.state = "loading";
+    hooks.state = "loading";
+    status.replaceChildren(h("span", { class: "muted" }, "Querying…"));
+    const t0 = performance.now();
+    try {
+      const answer = await getDashboard(id, scope, ctrl.signal);
+      if (ctrl.signal.aborted || mine !== generation) return;
+      const t1 = performance.now();
+      hooks.dashboard = answer;
+      for (const section of SECTIONS) {
+        for (const panel of section.panels) {
+          const c = cards.get(panel.name);
+          if (!c) continue;
+          const notes = panel.notes.flatMap((t) => answer.tables[t]?.notes ?? []);
+          render(panel.name, c, panel.build(answer.tables), notes);
+        }
+      }
+      await custom.refresh(id, scope);
+      if (mine !== generation) return;
+      // wait for the browser to paint what ECharts drew
+      await new Promise((r) => requestAnimationFrame(() => r(null)));
+      const t2 = performance.now();
+      hooks.timings = { fetch_ms: t1 - t0, render_ms: t2 - t1, total_ms: t2 - t0 };
+      status.replaceChildren(
+        h("span", { class: "muted" }, `${describeScope()} Server query ${answer.elapsed_ms.toFixed(0)} ms.`),
+      );
+      scopeText.textContent = "";
+      clearError();
+      hooks.renders += 1;
+      root.dataset.state = "ready";
+      hooks.state = "ready";
+    } catch (err) {
+      if (ctrl.signal.aborted || mine !== generation) return;
+      failed(err);
+    } finally {
+      if (inflight === ctrl) inflight = null;
+      schedule();
+    }
+  }
+
+  /** While the loaded job is running, re-read it: a newer profile replaces the loaded one. */
+  function schedule(): void {
+    window.clearTimeout(timer);
+    const l = loaded();
+    if (!active || !l || (l.status !== "InProgress" && l.status !== "Stopping")) return;
+    timer = window.setTimeout(async () => {
+      try {
+        const job = await getJob(l.jobId);
+        const now = loaded();
+        if (!now || now.profileId !== l.profileId) return;
+        if (job.latest_profile && job.latest_profile !== l.profileId) {
+          setLoaded({ profileId: job.latest_profile, jobId: job.id, jobName: job.name, status: job.status });
+          return;
+        }
+        if (job.status !== l.status) setLoaded({ ...l, status: job.status });
+        await refresh();
+      } catch (err) {
+        showError(err);
+        schedule();
+      }
+    }, REFRESH_MS);
+  }
+
+  onLoadedChange((l) => {
+    if ((l?.profileId ?? null) !== profileId) void open(l);
+    else schedule();
+  });
+  void open(loaded());
+
+  return {
+    root,
+    setActive(on: boolean) {
+      active = on;
+      if (on) {
+        for (const chart of Object.values(hooks.charts)) chart.resize();
+        schedule();
+      } else window.clearTimeout(timer);
+    },
+  };
+}

@@ -1,0 +1,67 @@
+// Entry: header (tabs, loaded-profile bar, errors) and three pages routed by the URL hash:
+// #/jobs, #/dashboard, #/info. #/dashboard/<profile id> loads that profile first.
+import "./style.css";
+
+import { getProfile } from "./api";
+import { dashboardPage } from "./dashboard";
+import { h } from "./dom";
+import { errorBanner, showError } from "./errors";
+import "./hooks";
+import { infoPage } from "./info";
+import { jobsPage } from "./jobs";
+import { loaded, loadedBar, setLoaded } from "./loaded";
+
+type Route = "jobs" | "dashboard" | "info";
+
+const jobs = jobsPage(() => go("dashboard"));
+const dashboard = dashboardPage();
+const info = infoPage();
+const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, info };
+
+const tabs = (Object.keys(pages) as Route[]).map((route) =>
+  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", info: "Profile info" }[route]),
+);
+
+const app = document.getElementById("app") as HTMLElement;
+app.replaceChildren(
+  h(
+    "header",
+    { class: "top" },
+    h("div", { class: "brand" }, h("strong", {}, "hyperscope"), h("span", { class: "muted" }, " profiler")),
+    h("nav", { class: "tabs" }, tabs),
+    loadedBar(),
+  ),
+  errorBanner(),
+  jobs.root,
+  dashboard.root,
+  info.root,
+);
+
+function go(route: Route): void {
+  if (location.hash !== `#/${route}`) location.hash = `#/${route}`;
+  else route_();
+}
+
+async function route_(): Promise<void> {
+  const parts = location.hash.replace(/^#\/?/, "").split("/");
+  const route = (parts[0] && parts[0] in pages ? parts[0] : "jobs") as Route;
+  const deepLink = parts[1];
+  if (route !== "jobs" && deepLink && /^[0-9a-f]{16}$/.test(deepLink) && loaded()?.profileId !== deepLink) {
+    try {
+      const p = await getProfile(deepLink);
+      setLoaded({ profileId: p.id, jobId: p.job_id, jobName: p.job, status: p.status });
+    } catch (err) {
+      showError(err);
+    }
+  }
+  for (const [name, page] of Object.entries(pages) as [Route, (typeof pages)[Route]][]) {
+    const on = name === route;
+    page.root.hidden = !on;
+    page.setActive(on);
+  }
+  for (const tab of tabs) tab.classList.toggle("active", tab.dataset.route === route);
+  document.body.dataset.route = route;
+}
+
+window.addEventListener("hashchange", () => void route_());
+void route_();

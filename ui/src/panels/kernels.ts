@@ -1,0 +1,87 @@
+// Kernel panels: time and launches of all kernels and of the top k (k set in the dashboard).
+import type { Row } from "../api";
+import type { Option } from "../charts";
+import { count, duration, pct } from "../format";
+import { type Panel, rowsOf } from "./types";
+
+/** The "(all N kernels)" row closes the table: kernel_type is "" there. */
+export function splitKernels(rows: Row[]): { all: Row | undefined; top: Row[] } {
+  const all = rows.find((r) => r.kernel_type === "" && String(r.name).startsWith("(all"));
+  return { all, top: rows.filter((r) => r !== all) };
+}
+
+function short(name: string): string {
+  return name.length > 48 ? `${name.slice(0, 45)}…` : name;
+}
+
+function bars(rows: Row[], column: "total_ns" | "launches", fmt: (v: number) => string): Option {
+  const names = rows.map((r) => String(r.name));
+  return {
+    tooltip: {
+      trigger: "item",
+      confine: true,
+      formatter: (p: { dataIndex: number; marker?: string }) => {
+        const r = rows[p.dataIndex];
+        if (!r) return "";
+        const lines = [
+          `<b>${escape(String(r.name))}</b>`,
+          `${p.marker ?? ""}${column === "total_ns" ? "time" : "launches"}: ${fmt(r[column] as number)}`,
+          `launches: ${count(r.launches as number)}; total ${duration(r.total_ns as number)}`,
+          `mean ${duration(r.mean_ns as number)}, min ${duration(r.min_ns as number)}, max ${duration(r.max_ns as number)}`,
+          `${pct(r.pct_of_kernel_time as number)} of kernel time`,
+        ];
+        if (r.kernel_type) lines.push(`type: ${r.kernel_type}`);
+        return lines.join("<br>");
+      },
+    },
+    grid: { left: 8, right: 24, top: 8, bottom: 24, containLabel: true },
+    xAxis: {
+      type: "value",
+      axisLabel: { formatter: (v: number) => (column === "total_ns" ? `${v / 1e6} ms` : count(v)) },
+    },
+    yAxis: {
+      type: "category",
+      inverse: true,
+      data: names,
+      axisLabel: { formatter: short, fontSize: 10, width: 260, overflow: "truncate" },
+    },
+    series: [
+      {
+        type: "bar",
+        name: column === "total_ns" ? "time" : "launches",
+        data: rows.map((r, i) => ({
+          value: r[column] as number,
+          itemStyle: i === 0 && r.kernel_type === "" ? { color: "#7f8c9a" } : undefined,
+        })),
+      },
+    ],
+  };
+}
+
+function escape(text: string): string {
+  return text.replace(/[&<>]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;" })[c] ?? c);
+}
+
+export const kernelTime: Panel = {
+  name: "kernels",
+  title: "Kernel time: all kernels and the top k",
+  notes: ["kernels"],
+  wide: true,
+  build(tables) {
+    const { all, top } = splitKernels(rowsOf(tables, "kernels"));
+    if (!top.length) return { empty: "No GPU kernels in this profile." };
+    return { option: bars(all ? [all, ...top] : top, "total_ns", duration) };
+  },
+};
+
+export const kernelLaunches: Panel = {
+  name: "kernel_launches",
+  title: "Kernel launches: all kernels and the top k",
+  notes: [],
+  wide: true,
+  build(tables) {
+    const { all, top } = splitKernels(rowsOf(tables, "kernels"));
+    if (!top.length) return { empty: "No GPU kernels in this profile." };
+    return { option: bars(all ? [all, ...top] : top, "launches", (v) => `${count(v)} launches`) };
+  },
+};
