@@ -24,14 +24,24 @@ def run(home: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[
 
 
 def test_demo_imports_a_sample_and_prints_its_summary(tmp_path: Path) -> None:
-    proc = run(tmp_path, "demo", "--ranks", "2", "--steps", "3")
+    proc = run(tmp_path, "demo", "--synthetic", "--no-serve", "--ranks", "2", "--steps", "3")
     assert "imported as job demo" in proc.stdout
     assert "ncclKernel_AllReduce" in proc.stdout  # the top-kernels table
-    again = run(tmp_path, "demo", "--ranks", "2", "--steps", "3")
+    again = run(tmp_path, "demo", "--synthetic", "--no-serve", "--ranks", "2", "--steps", "3")
     assert "imported as job demo-2" in again.stdout  # never overwrites an earlier job
     listed = json.loads(run(tmp_path, "jobs", "--json").stdout)
     assert [j["name"] for j in listed] == ["demo-2", "demo"]
     assert listed[0]["ranks"] == 2 and listed[0]["status"] == "Completed"
+
+
+@pytest.mark.capture
+def test_demo_profiles_the_example_for_real(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    proc = run(tmp_path, "demo", "--no-serve", "--steps", "3")
+    assert "profiling train_transformer.py" in proc.stdout and "profiled as job demo" in proc.stdout
+    listed = json.loads(run(tmp_path, "jobs", "--json").stdout)
+    assert [(j["name"], j["status"]) for j in listed] == [("demo", "Completed")]
+    assert listed[0]["profiles"][0]["source"] == "capture" and listed[0]["profiles"][0]["events"] > 0
 
 
 def test_import_jobs_export_rm(tmp_path: Path, synth_job: list[Path]) -> None:

@@ -29,9 +29,10 @@ from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cli.cluster import cluster_app
 from hyperscope.cli.profile import profile as profile_command
 from hyperscope.cli.report import report as report_command
+from hyperscope.cli.ui import ui as ui_command
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.catalog import Job, JobStatus
-from hyperscope.store.store import Store
+from hyperscope.store.store import ImportReport, Store
 from hyperscope.store.summary import Summary, summarize
 
 app = typer.Typer(
@@ -258,40 +259,108 @@ def rm(
 
 @app.command("demo")
 def demo(
-    ranks: Annotated[int, typer.Option(min=1, max=64, help="Ranks of the sample run.")] = 4,
-    steps: Annotated[int, typer.Option(min=1, max=1000, help="Training steps per rank.")] = 6,
-    job: Annotated[str, typer.Option(help="Job name for the sample.")] = "demo",
+    ranks: Annotated[int, typer.Option(min=1, max=64, help="Ranks of the generated sample.")] = 4,
+    steps: Annotated[
+        int, typer.Option(min=1, max=1000, help="Training steps (of the example, or per sample rank).")
+    ] = 6,
+    job: Annotated[str, typer.Option(help="Job name (made unique: demo, demo-2, ...).")] = "demo",
+    synthetic: Annotated[
+        bool,
+        typer.Option(
+            "--synthetic",
+            help="Import a generated multi-rank sample instead of profiling the example "
+            "(what happens anyway where PyTorch is not installed).",
+        ),
+    ] = False,
+    serve_ui: Annotated[
+        bool, typer.Option("--serve/--no-serve", help="Serve the web UI on the store afterwards.")
+    ] = True,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port of the UI; 0 picks a free one.")] = 8321,
+    no_browser: Annotated[bool, typer.Option("--no-browser", help="Do not open a browser.")] = False,
     home: HomeOption = None,
 ) -> None:
-    """Generate a sample multi-rank Kineto trace, import it and print its summary."""
-    from hyperscope.store.synth import SynthSpec, write_job
-
-    with _store(home) as store, tempfile.TemporaryDirectory(prefix="hyperscope-demo-") as tmp:
-        paths = write_job(Path(tmp), SynthSpec(ranks=ranks, steps=steps))
-        out.print(f"generated a sample {ranks}-rank trace of {steps} steps in {tmp}")
-        name = job
+    """Profile a small transformer for real (PyTorch installed), else import a generated sample
+    multi-rank trace; print its summary, then serve the web UI on it (stop with Ctrl+C)."""
+    with _store(home) as store:
         existing = {j.name for j in store.jobs()}
-        n = 1
+        name, n = job, 1
         while name in existing:
             n += 1
             name = f"{job}-{n}"
+        home_dir = store.home
+    example = None if synthetic else _demo_example()
+    profiled = None
+    if example is not None:
+        out.print(f"profiling {example.name} ({steps} steps, tiny sizes) as job [bold]{name}[/] ...")
+        profiled, problem = _demo_profile(example, name, home_dir, steps)
+        if problem:
+            err.print(Text(f"the example could not be profiled ({problem}); using a generated sample"))
+    if profiled is None:
         try:
-            report = store.import_traces(paths, name)
+            report = _demo_sample(home_dir, name, ranks, steps)
         except HyperscopeError as exc:
             _fail(str(exc))
         out.print(
             f"imported as job [bold]{report.job.name}[/]: {report.profile.events:,} events, "
-            f"{_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} in {store.home}"
+            f"{_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} in {home_dir}"
         )
-        _print_summary(summarize(store.profile(report.job.name)))
-        out.print(
-            f"\nnext: `hyperscope jobs`, `hyperscope show {report.job.name}`, "
-            f"`hyperscope export {report.job.name} --chrome {report.job.name}.json.gz`"
-        )
+    else:
+        out.print(f"profiled as job [bold]{name}[/]: {profiled:,} events in {home_dir}")
+    with _store(home_dir) as store:
+        _print_summary(summarize(store.profile(name)))
+    out.print(
+        f"\nnext: `hyperscope report {name}`, `hyperscope jobs`, "
+        f"`hyperscope export {name} --chrome {name}.json.gz`, `hyperscope ui`"
+    )
+    if not serve_ui:
+        return
+    ui_command(port=port, no_browser=no_browser, home=home_dir)
+
+
+#: the example `hyperscope demo` profiles; present in a clone of the repository, not in a wheel
+_DEMO_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_transformer.py"
+
+
+def _demo_example() -> Path | None:
+    """The example script when it and PyTorch are both here; finding torch does not import it."""
+    import importlib.util
+
+    if not _DEMO_EXAMPLE.is_file() or importlib.util.find_spec("torch") is None:
+        return None
+    return _DEMO_EXAMPLE
+
+
+def _demo_profile(example: Path, job: str, home: Path, steps: int) -> tuple[int | None, str]:
+    """Run the example under the launcher, as `hyperscope profile` would: (events, problem)."""
+    from hyperscope.capture.config import ProfilerConfig
+    from hyperscope.capture.launcher import run
+
+    command = [sys.executable, str(example), "--tiny", "--steps", str(steps), "--no-profile", "--cpu-ops"]
+    # every operator recorded: on a CPU-only machine they are the timeline; tiny sizes keep it short
+    config = ProfilerConfig(job=job, home=home, cpu_ops=True, sample_interval_s=0.1, flush_min_gap_s=0.2)
+    try:
+        result = run(command, config)
+    except HyperscopeError as exc:
+        return None, str(exc)
+    if result.returncode != 0 or result.job is None or result.problem:
+        return None, result.problem or f"the example exited with code {result.returncode}"
+    ref = next((p for p in result.job.profiles if p.id == result.profile_id), None)
+    return (ref.events if ref else 0), ""
+
+
+def _demo_sample(home: Path, job: str, ranks: int, steps: int) -> ImportReport:
+    """A generated multi-rank trace (NCCL, copies, steps), imported like a user's traces."""
+    from hyperscope.store.synth import SynthSpec, write_job
+
+    with Store(home) as store, tempfile.TemporaryDirectory(prefix="hyperscope-demo-") as tmp:
+        paths = write_job(Path(tmp), SynthSpec(ranks=ranks, steps=steps))
+        out.print(f"generated a sample {ranks}-rank trace of {steps} steps in {tmp}")
+        return store.import_traces(paths, job)
 
 
 app.command("profile")(profile_command)
 app.command("report")(report_command)
+app.command("ui")(ui_command)
 app.add_typer(cluster_app, name="cluster")
 
 

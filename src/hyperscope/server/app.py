@@ -1,0 +1,349 @@
+"""The web API of docs/ui-api.md over one store: jobs, profiles, the dashboard and annotations.
+
+Every number comes from :mod:`hyperscope.analysis` (the same functions as ``hyperscope report``);
+this module only maps HTTP to them: it checks parameters, looks ids up in the catalog, runs each
+analysis under the query limits, caches what cannot change, and turns our errors into status codes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import duckdb
+import orjson
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from hyperscope import __version__
+from hyperscope.analysis import (
+    Scope,
+    annotation_histogram,
+    annotation_stats,
+    dashboard,
+    parse_steps,
+    to_json,
+)
+from hyperscope.analysis._common import STEP_NAME_SQL
+from hyperscope.errors import JobNotFound, StoreError, UsageError
+from hyperscope.server import auth, static
+from hyperscope.server.cache import ProfileCache
+from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
+from hyperscope.server.limits import QueryLimits, QueryTimeout, RowCapExceeded
+from hyperscope.server.models import (
+    AnnotationHistogramOut,
+    DashboardOut,
+    ErrorOut,
+    FiltersOut,
+    JobDetailOut,
+    JobListOut,
+    ProfileOut,
+    RankOut,
+    StepRange,
+)
+from hyperscope.store.catalog import JobStatus
+from hyperscope.store.profile import Profile
+from hyperscope.store.store import Store
+
+#: annotation names offered by the filter bar: most frequent first, then cut
+MAX_ANNOTATION_NAMES: Final = 1000
+_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    code: {"model": ErrorOut, "description": text}
+    for code, text in (
+        (400, "a parameter is malformed or out of range"),
+        (401, "missing or wrong access token"),
+        (404, "unknown job, profile or annotation"),
+        (413, "a table is over the row cap (--max-rows)"),
+        (504, "the analysis ran past the time limit (--query-timeout)"),
+    )
+}
+
+NodeParam = Annotated[list[str] | None, Query(description="only these nodes (repeatable)")]
+RankParam = Annotated[list[int] | None, Query(description="only these ranks (repeatable)")]
+StepsParam = Annotated[
+    str | None, Query(description="ProfilerStep numbers A:B (inclusive) or N", examples=["3:7"])
+]
+
+
+class AnnotationNotFound(Exception):
+    """No annotation of that name anywhere in the profile (the API answers 404)."""
+
+
+def create_app(
+    home: Path,
+    *,
+    token: str | None = None,
+    query_timeout_s: float = 30.0,
+    max_rows: int = 100_000,
+) -> FastAPI:
+    """The API and the front end over the store at ``home`` (created when missing).
+
+    ``token`` guards every path when given (see :mod:`hyperscope.server.auth`); ``serve()`` makes
+    one up whenever the server listens beyond loopback.
+    """
+    home = Path(home).expanduser()
+    Store(home).close()  # the catalog exists before the first read-only connection
+    catalog = CatalogReader(home)
+    cache = ProfileCache(home)
+    limits = QueryLimits(query_timeout_s, max_rows)
+    app = FastAPI(
+        title="hyperscope",
+        version=__version__,
+        description="Profiles of PyTorch training: jobs, profiles and the dashboard's tables.",
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+    app.state.home = home
+    app.state.cache = cache
+    _install_errors(app)
+    auth.install(app, token)
+
+    def open_profile(profile_id: str) -> tuple[ProfileHit, Profile]:
+        hit = catalog.profile(profile_id)
+        return hit, cache.profile(hit.ref.id, hit.job.status)
+
+    @app.get("/api/jobs", response_model=JobListOut, responses=_ERRORS, tags=["jobs"])
+    def list_jobs(
+        search: Annotated[str | None, Query(description="substring of the name, any case")] = None,
+        status: Annotated[list[JobStatus] | None, Query(description="repeatable")] = None,
+        created_after_ns: int | None = None,
+        created_before_ns: int | None = None,
+        sort: Literal["created", "name", "status", "ranks"] = "created",
+        order: Literal["asc", "desc"] = "desc",
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> JobListOut:
+        """Jobs matching the filters, one page of them, and how many match in all."""
+        query = JobQuery(
+            search=search,
+            statuses=tuple(status or ()),
+            created_after_ns=created_after_ns,
+            created_before_ns=created_before_ns,
+            sort=sort,
+            order=order,
+            limit=limit,
+            offset=offset,
+        )
+        return catalog.jobs(query)
+
+    @app.get("/api/jobs/{id_or_name:path}", response_model=JobDetailOut, responses=_ERRORS, tags=["jobs"])
+    def get_job(id_or_name: str) -> JobDetailOut:
+        """A job by name, else by number, with its profiles (oldest first)."""
+        return catalog.job(id_or_name)
+
+    @app.get("/api/profiles/{profile_id}", response_model=ProfileOut, responses=_ERRORS, tags=["profiles"])
+    def get_profile(profile_id: str) -> ProfileOut:
+        """The information panel: where the profile came from, its ranks and devices."""
+        hit, profile = open_profile(profile_id)
+        meta = profile.meta
+        notes = [m for m in hit.job.message.split("; ") if m]
+        if hit.job.status is JobStatus.IN_PROGRESS:
+            notes.append("the job is still running: reload for newer data")
+        return ProfileOut(
+            id=hit.ref.id,
+            job=hit.job.name,
+            job_id=hit.job.id,
+            status=hit.job.status,
+            source=meta.source,
+            created_ns=meta.created_ns,
+            events=meta.events,
+            bytes=hit.ref.bytes,
+            ts_min_ns=meta.ts_min_ns,
+            ts_max_ns=meta.ts_max_ns,
+            world_size=max([r.world_size or 0 for r in meta.ranks] + [len(meta.ranks)]),
+            ranks=[
+                RankOut(
+                    rank=r.rank,
+                    node=r.node,
+                    local_rank=r.local_rank,
+                    events=r.events,
+                    complete=r.complete,
+                    devices=[str(d.get("name", "?")) for d in r.device_properties],
+                    source_file=r.source_file,
+                    notes=list(r.notes),
+                )
+                for r in meta.ranks
+            ],
+            settings=dict(meta.settings),
+            notes=notes,
+        )
+
+    @app.get(
+        "/api/profiles/{profile_id}/filters",
+        response_model=FiltersOut,
+        responses=_ERRORS,
+        tags=["profiles"],
+    )
+    def get_filters(profile_id: str) -> FiltersOut:
+        """What the filter bar offers: nodes, ranks, the step range, annotation names."""
+        hit, profile = open_profile(profile_id)
+        found, _ = cache.answer(
+            (hit.ref.id, "filters"),
+            hit.job.status,
+            lambda: limits.run(profile, _filters, "listing the filters"),
+        )
+        return found
+
+    @app.get(
+        "/api/profiles/{profile_id}/dashboard",
+        response_model=DashboardOut,
+        responses=_ERRORS,
+        tags=["profiles"],
+    )
+    def get_dashboard(
+        profile_id: str,
+        node: NodeParam = None,
+        rank: RankParam = None,
+        steps: StepsParam = None,
+        top_k: Annotated[int, Query(ge=1, le=1000, description="kernels and annotations listed")] = 15,
+        buckets: Annotated[int, Query(ge=1, le=1000, description="utilization chart buckets")] = 50,
+    ) -> Response:
+        """Every table of ``hyperscope.analysis.dashboard()`` for one scope."""
+        started = time.perf_counter()
+        hit, profile = open_profile(profile_id)
+        scope = _scope(node, rank, steps)
+
+        def compute() -> dict[str, Any]:
+            def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+                tables = dashboard(con, scope, top_k=top_k, buckets=buckets)
+                limits.check_rows(tables)
+                return to_json(tables)
+
+            return limits.run(profile, work, "the dashboard")
+
+        key = (hit.ref.id, "dashboard", scope, top_k, buckets)
+        tables, cached = cache.answer(key, hit.job.status, compute)
+        body = {"tables": tables, "scope": _scope_out(scope), "cached": cached}
+        return _json({**body, "elapsed_ms": round((time.perf_counter() - started) * 1e3, 3)})
+
+    @app.get(
+        "/api/profiles/{profile_id}/annotations/{name:path}/histogram",
+        response_model=AnnotationHistogramOut,
+        responses=_ERRORS,
+        tags=["profiles"],
+    )
+    def get_annotation_histogram(
+        profile_id: str,
+        name: str,
+        bins: Annotated[int, Query(ge=1, le=1000)] = 20,
+        node: NodeParam = None,
+        rank: RankParam = None,
+        steps: StepsParam = None,
+    ) -> Response:
+        """Duration statistics and histogram of one annotation (any name, ``/`` included)."""
+        hit, profile = open_profile(profile_id)
+        scope = _scope(node, rank, steps)
+
+        def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            return _annotation(con, name, scope, bins, limits)
+
+        key = (hit.ref.id, "annotation", name, scope, bins)
+        found, _ = cache.answer(
+            key, hit.job.status, lambda: limits.run(profile, work, f"annotation {name!r}")
+        )
+        return _json(found)
+
+    static.install(app)
+    return app
+
+
+def _filters(con: duckdb.DuckDBPyConnection) -> FiltersOut:
+    have = con.execute("SELECT DISTINCT rank, coalesce(node, '') FROM events ORDER BY 1, 2").fetchall()
+    step_range = con.execute(
+        "SELECT min(n), max(n) FROM (SELECT TRY_CAST(regexp_extract(name, $re, 1) AS BIGINT) AS n "
+        "FROM events WHERE kind = 'step') WHERE n IS NOT NULL",
+        {"re": STEP_NAME_SQL},
+    ).fetchone()
+    names = con.execute(
+        "SELECT name FROM events WHERE kind = 'annotation' AND name IS NOT NULL GROUP BY name "
+        f"ORDER BY count(*) DESC, name LIMIT {MAX_ANNOTATION_NAMES}"
+    ).fetchall()
+    lo, hi = step_range if step_range else (None, None)
+    return FiltersOut(
+        nodes=sorted({str(n) for _, n in have if n}),
+        ranks=sorted({int(r) for r, _ in have}),
+        steps=StepRange(min=int(lo), max=int(hi)) if lo is not None and hi is not None else None,
+        annotations=[str(n) for (n,) in names],
+    )
+
+
+def _annotation(
+    con: duckdb.DuckDBPyConnection, name: str, scope: Scope, bins: int, limits: QueryLimits
+) -> dict[str, Any]:
+    known = con.execute(
+        "SELECT 1 FROM events WHERE kind = 'annotation' AND name = $name LIMIT 1", {"name": name}
+    ).fetchone()
+    if known is None:
+        raise AnnotationNotFound(f"annotation {name!r}: the profile has no annotation of that name")
+    stats = annotation_stats(con, scope, name=name)
+    histogram = annotation_histogram(con, name, scope, bins) if stats.rows else None
+    limits.check_rows([("histogram", len(histogram) if histogram else 0)])
+    if histogram is None:
+        empty = {"title": f"Duration histogram of {name}", "columns": [], "rows": [], "notes": []}
+        table = {**empty, "notes": [*stats.notes, f"annotation {name!r}: none in scope"]}
+    else:
+        table = histogram.to_dict()
+    rows = stats.to_dict()["rows"]
+    return {"stats": rows[0] if rows else None, "histogram": table}
+
+
+def _scope(node: list[str] | None, rank: list[int] | None, steps: str | None) -> Scope:
+    try:
+        first_last = parse_steps(steps) if steps is not None else None
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--steps", "steps", 1)) from None
+    # Sorted and without repeats, so equal scopes share one cache entry.
+    return Scope(
+        nodes=tuple(sorted(set(node))) if node else None,
+        ranks=tuple(sorted(set(rank))) if rank else None,
+        steps=first_last,
+    )
+
+
+def _scope_out(scope: Scope) -> dict[str, Any]:
+    return {
+        "nodes": list(scope.nodes) if scope.nodes else None,
+        "ranks": list(scope.ranks) if scope.ranks else None,
+        "steps": list(scope.steps) if scope.steps else None,
+    }
+
+
+def _json(body: object) -> Response:
+    """orjson: NaN and infinity become null (a browser's JSON.parse refuses them), and it is fast."""
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _install_errors(app: FastAPI) -> None:
+    """Our exceptions as status codes, each answer ``{"detail": "<one sentence>"}``."""
+
+    def handler(code: int) -> Callable[[Request, Exception], Response]:
+        def answer(request: Request, exc: Exception) -> Response:
+            return JSONResponse({"detail": str(exc)}, status_code=code)
+
+        return answer
+
+    for exc_type, code in (
+        (UsageError, 400),
+        (JobNotFound, 404),
+        (ProfileNotFound, 404),
+        (AnnotationNotFound, 404),
+        (RowCapExceeded, 413),
+        (QueryTimeout, 504),
+        (StoreError, 500),
+    ):
+        app.add_exception_handler(exc_type, handler(code))
+
+    def invalid(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(x) for x in first.get("loc", ()) if x not in ("query", "path") and not isinstance(x, int)]
+        where = f"parameter {'.'.join(loc)!r}" if loc else "the request"
+        given = first.get("input")
+        shown = f" (got {given!r})" if isinstance(given, str | int | float) else ""
+        return JSONResponse({"detail": f"{where}{shown}: {first.get('msg', 'invalid')}"}, status_code=400)
+
+    app.add_exception_handler(RequestValidationError, invalid)

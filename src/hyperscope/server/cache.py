@@ -1,0 +1,91 @@
+"""Caches of opened profiles and of analysis answers, for profiles that can no longer change.
+
+A finished profile never changes (a published profile directory is immutable; a removed job's id
+is never reused), so its dashboard for a given scope is computed once: switching back and forth
+between filters in the UI then costs a dictionary look-up. A job still InProgress writes new parts
+at every flush, so neither its metadata nor its answers are cached: a refresh shows new data.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from hyperscope.schema.layout import profile_dir
+from hyperscope.store.catalog import JobStatus
+from hyperscope.store.profile import Profile
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Lru(Generic[K, V]):
+    """A thread-safe least-recently-used map of at most ``size`` entries."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+def cacheable(status: JobStatus) -> bool:
+    """Only a job that has stopped writing has profiles that stay as they are."""
+    return status is not JobStatus.IN_PROGRESS
+
+
+class ProfileCache:
+    """Opened profiles and answers computed on them, keyed by profile id (checked by the caller)."""
+
+    def __init__(self, home: Path, *, profiles: int = 64, answers: int = 256) -> None:
+        self.home = home
+        self._profiles: Lru[str, Profile] = Lru(profiles)
+        self._answers: Lru[tuple[Hashable, ...], object] = Lru(answers)
+
+    def profile(self, profile_id: str, status: JobStatus) -> Profile:
+        """The profile, opened once while its job is finished, re-read each time while in progress.
+
+        ``profile_id`` has been matched against ``[0-9a-f]{16}`` and found in the catalog: it is
+        the only request value that reaches a path, and only in that checked form.
+        """
+        if cacheable(status):
+            found = self._profiles.get(profile_id)
+            if found is not None:
+                return found
+        opened = Profile.open(profile_dir(self.home, profile_id))
+        if cacheable(status):
+            self._profiles.put(profile_id, opened)
+        return opened
+
+    def answer(
+        self, key: tuple[Hashable, ...], status: JobStatus, compute: Callable[[], V]
+    ) -> tuple[V, bool]:
+        """``compute()``'s value for ``key`` (its first item the profile id) and whether it was cached."""
+        if cacheable(status):
+            found = self._answers.get(key)
+            if found is not None:
+                return found, True  # type: ignore[return-value]  # stored by this method with V
+        value = compute()
+        if cacheable(status):
+            self._answers.put(key, value)
+        return value, False

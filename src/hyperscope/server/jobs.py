@@ -1,0 +1,184 @@
+"""Reading the jobs catalog for the API: filtered, sorted, paged job lists and id look-ups.
+
+``Catalog.jobs()`` loads every job with its profiles, one query per job: right for the CLI, but a
+UI page over 10,000 jobs needs one page, sorted and counted in SQL. These are read-only queries on
+a connection of their own (``mode=ro``): the server never writes the catalog, and SQLite's WAL
+lets it read while captures and imports write.
+
+Request input only ever becomes SQL *parameters*; sort columns come from a fixed table, and no
+request value becomes a file path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from hyperscope.errors import JobNotFound, StoreError, UsageError
+from hyperscope.schema.layout import CATALOG_FILE
+from hyperscope.server.models import JobDetailOut, JobListOut, JobOut, ProfileRefOut
+from hyperscope.store.catalog import JobStatus
+
+PROFILE_ID: Final = re.compile(r"[0-9a-f]{16}")
+SORTS: Final = {"created": "j.created_ns", "name": "j.name", "status": "j.status", "ranks": "j.ranks"}
+MAX_LIMIT: Final = 1000
+
+_JOB_COLUMNS: Final = (
+    "j.id, j.name, j.status, j.created_ns, j.updated_ns, j.nodes, j.ranks, j.message, "
+    "(SELECT p.id FROM profiles p WHERE p.job_id = j.id ORDER BY p.created_ns DESC, p.rowid DESC "
+    "LIMIT 1), (SELECT count(*) FROM profiles p WHERE p.job_id = j.id)"
+)
+
+
+class ProfileNotFound(Exception):
+    """A profile id that is malformed or not in the catalog (the API answers 404)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    search: str | None = None
+    statuses: tuple[JobStatus, ...] = ()
+    created_after_ns: int | None = None
+    created_before_ns: int | None = None
+    sort: str = "created"
+    order: str = "desc"
+    limit: int = 100
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sort not in SORTS:
+            raise UsageError(f"sort {self.sort!r}: expected one of {', '.join(SORTS)}")
+        if self.order not in ("asc", "desc"):
+            raise UsageError(f"order {self.order!r}: expected asc or desc")
+        if not 1 <= self.limit <= MAX_LIMIT:
+            raise UsageError(f"limit {self.limit}: expected 1 to {MAX_LIMIT}")
+        if self.offset < 0:
+            raise UsageError(f"offset {self.offset}: expected 0 or more")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileHit:
+    """A profile found by id, with what the API needs of its job."""
+
+    ref: ProfileRefOut
+    job: JobOut
+
+
+class CatalogReader:
+    """Read-only views of ``catalog.sqlite`` under one store root."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / CATALOG_FILE
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        # A connection per request: opening one costs ~0.1 ms and no state is shared between threads.
+        try:
+            db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the jobs catalog: {exc}") from exc
+        try:
+            yield db
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the jobs catalog: {exc}") from exc
+        finally:
+            db.close()
+
+    def jobs(self, query: JobQuery) -> JobListOut:
+        where: list[str] = []
+        params: list[str | int] = []
+        if query.search:
+            escaped = query.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append("j.name LIKE ? ESCAPE '\\'")  # SQLite's LIKE ignores ASCII case
+            params.append(f"%{escaped}%")
+        if query.statuses:
+            where.append(f"j.status IN ({', '.join('?' for _ in query.statuses)})")
+            params.extend(s.value for s in query.statuses)
+        if query.created_after_ns is not None:
+            where.append("j.created_ns >= ?")
+            params.append(query.created_after_ns)
+        if query.created_before_ns is not None:
+            where.append("j.created_ns < ?")
+            params.append(query.created_before_ns)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        direction = "ASC" if query.order == "asc" else "DESC"
+        order = f"{SORTS[query.sort]} {direction}, j.id {direction}"
+        with self._db() as db:
+            total = int(db.execute(f"SELECT count(*) FROM jobs j{clause}", params).fetchone()[0])
+            found = db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs j{clause} ORDER BY {order} LIMIT ? OFFSET ?",
+                [*params, query.limit, query.offset],
+            ).fetchall()
+        return JobListOut(total=total, jobs=[_job(r) for r in found])
+
+    def job(self, id_or_name: str) -> JobDetailOut:
+        """By name, else by number (the CLI's rule: a job named "3" wins over job number 3)."""
+        with self._db() as db:
+            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.name = ?", (id_or_name,)).fetchone()
+            if row is None and id_or_name.isdigit() and len(id_or_name) < 19:
+                row = db.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.id = ?", (int(id_or_name),)
+                ).fetchone()
+            if row is None:
+                raise JobNotFound(id_or_name)
+            job = _job(row)
+            refs = db.execute(
+                "SELECT id, created_ns, source, events, ranks, bytes, origin FROM profiles "
+                "WHERE job_id = ? ORDER BY created_ns, rowid",
+                (job.id,),
+            ).fetchall()
+        return JobDetailOut(**job.model_dump(), profile_list=[_ref(r) for r in refs])
+
+    def profile(self, profile_id: str) -> ProfileHit:
+        """The catalog's row for a profile id; the id is checked before it reaches SQL."""
+        if not PROFILE_ID.fullmatch(profile_id):
+            raise ProfileNotFound(f"profile {profile_id[:40]!r}: expected 16 hex digits (0-9, a-f)")
+        with self._db() as db:
+            ref = db.execute(
+                "SELECT id, created_ns, source, events, ranks, bytes, origin, job_id FROM profiles "
+                "WHERE id = ?",
+                (profile_id,),
+            ).fetchone()
+            if ref is None:
+                raise ProfileNotFound(
+                    f"profile {profile_id!r}: not in the catalog (removed, or in another store?)"
+                )
+            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.id = ?", (ref[7],)).fetchone()
+        if row is None:  # a profile row outlives its job only inside a concurrent delete
+            raise ProfileNotFound(f"profile {profile_id!r}: its job was just removed")
+        return ProfileHit(_ref(ref[:7]), _job(row))
+
+
+def _job(row: Sequence[object]) -> JobOut:
+    id_, name, status, created, updated, nodes, ranks, message, latest, count = row
+    return JobOut(
+        id=int(str(id_)),
+        name=str(name),
+        status=JobStatus(str(status)),
+        created_ns=int(str(created)),
+        updated_ns=int(str(updated)),
+        nodes=list(json.loads(str(nodes))),
+        ranks=int(str(ranks)),
+        message=str(message),
+        latest_profile=None if latest is None else str(latest),
+        profiles=int(str(count)),
+    )
+
+
+def _ref(row: Sequence[object]) -> ProfileRefOut:
+    id_, created, source, events, ranks, size, origin = row
+    return ProfileRefOut(
+        id=str(id_),
+        created_ns=int(str(created)),
+        source=str(source),
+        events=int(str(events)),
+        ranks=int(str(ranks)),
+        bytes=int(str(size)),
+        origin=str(origin),
+    )

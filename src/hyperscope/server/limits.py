@@ -1,0 +1,111 @@
+"""Query limits: every analysis runs in a worker thread on a DuckDB connection of its own, under a
+time limit and a row cap, so one heavy request cannot stall the server for everyone else.
+
+DuckDB can be interrupted from another thread (``con.interrupt()``), but only on the connection
+running the query: hence one connection per query, owned by its worker thread, and never shared.
+On timeout the request is answered at once (504) and the worker is interrupted; it closes its
+connection and removes its spill directory as it unwinds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import duckdb
+
+from hyperscope.analysis import Table
+from hyperscope.analysis._common import connection
+from hyperscope.store.profile import Profile
+
+T = TypeVar("T")
+
+
+class QueryTimeout(Exception):
+    """The analysis ran past the server's time limit (the API answers 504)."""
+
+
+class RowCapExceeded(Exception):
+    """A table has more rows than the server's row cap (the API answers 413)."""
+
+
+@dataclass
+class _Slot(Generic[T]):
+    """What the worker hands back, and the connection the waiting request may interrupt."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    con: duckdb.DuckDBPyConnection | None = None
+    cancelled: bool = False
+    result: T | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryLimits:
+    timeout_s: float = 30.0
+    max_rows: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"query_timeout_s {self.timeout_s}: expected a positive number of seconds")
+        if self.max_rows < 1:
+            raise ValueError(f"max_rows {self.max_rows}: expected a positive number of rows")
+
+    def run(self, profile: Profile, work: Callable[[duckdb.DuckDBPyConnection], T], what: str) -> T:
+        """``work(con)`` on a fresh connection over ``profile``, within ``timeout_s``.
+
+        Raises :class:`QueryTimeout` (after interrupting DuckDB) or whatever ``work`` raised.
+        """
+        slot: _Slot[T] = _Slot()
+        worker = threading.Thread(
+            target=_work, args=(slot, profile, work), name=f"hyperscope-query-{what}", daemon=True
+        )
+        worker.start()
+        if not slot.done.wait(self.timeout_s):
+            with slot.lock:
+                slot.cancelled = True
+                if slot.con is not None:
+                    # the worker may have closed it between our check and the call
+                    with contextlib.suppress(duckdb.Error):
+                        slot.con.interrupt()
+            raise QueryTimeout(
+                f"{what} took longer than the server's {self.timeout_s:g} s query limit and was "
+                "stopped; narrow the scope (rank, node, steps) or start the server with a larger "
+                "--query-timeout"
+            )
+        if slot.error is not None:
+            raise slot.error
+        return slot.result  # type: ignore[return-value]  # set whenever error is not
+
+    def check_rows(self, tables: dict[str, Table[Any]] | Sequence[tuple[str, int]]) -> None:
+        """413 rather than a response too large for a browser to render."""
+        sizes = [(k, len(t)) for k, t in tables.items()] if isinstance(tables, dict) else list(tables)
+        for name, rows in sizes:
+            if rows > self.max_rows:
+                raise RowCapExceeded(
+                    f"table {name!r} has {rows:,} rows, over the server's cap of {self.max_rows:,}; "
+                    "ask for fewer (top_k, buckets, bins) or start the server with a larger --max-rows"
+                )
+
+
+def _work(slot: _Slot[T], profile: Profile, work: Callable[[duckdb.DuckDBPyConnection], T]) -> None:
+    try:
+        # The analyses' own connection settings: a memory limit and a private spill directory.
+        with connection(profile) as con:
+            with slot.lock:
+                if slot.cancelled:  # timed out before the connection even opened
+                    return
+                slot.con = con
+            try:
+                slot.result = work(con)
+            finally:
+                with slot.lock:
+                    slot.con = None
+    except BaseException as exc:  # handed to the waiting request, which re-raises it
+        slot.error = exc
+    finally:
+        slot.done.set()

@@ -1,0 +1,103 @@
+"""Running the server: bind, say where it is (with the token when one is needed), open a browser.
+
+The socket is bound here rather than by uvicorn, so that port 0 (any free port) can be reported
+with the port the system actually chose before the first request arrives.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import webbrowser
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import uvicorn
+
+from hyperscope.server.app import create_app
+from hyperscope.server.auth import is_loopback, new_token
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8321
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where the server listens, and the URL to open (with ``?token=`` when one is needed)."""
+
+    host: str
+    port: int
+    token: str | None
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}/"
+
+    @property
+    def open_url(self) -> str:
+        return self.base_url + (f"?token={self.token}" if self.token else "")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: any free port), IPv6 when the host is one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    home: Path,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    open_browser: bool = True,
+    *,
+    token: str | None = None,
+    query_timeout_s: float = 30.0,
+    max_rows: int = 100_000,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the UI over the store at ``home`` until interrupted.
+
+    Beyond loopback a token is required (made up here unless given), since anyone on the network
+    could otherwise read the profiles. ``announce`` receives the lines a user needs (default:
+    printed, flushed at once so a script reading the output sees the port).
+    """
+    say = announce or (lambda line: print(line, flush=True))
+    if token is None and not is_loopback(host):
+        token = new_token()
+    app = create_app(home, token=token, query_timeout_s=query_timeout_s, max_rows=max_rows)
+    sock = bind(host, port)
+    address = Address(host, int(sock.getsockname()[1]), token)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    say(f"hyperscope UI on {address.base_url} (store {Path(home).expanduser()})")
+    if token:
+        say(f"bound to {host}, so requests need a token: open {address.open_url}")
+    say("press Ctrl+C to stop")
+    if open_browser:
+        threading.Thread(target=_open_when_ready, args=(server, address.open_url), daemon=True).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _open_when_ready(server: uvicorn.Server, url: str) -> None:
+    """A browser opened before the server accepts would show an error page."""
+    for _ in range(200):
+        if server.started:
+            webbrowser.open(url)
+            return
+        threading.Event().wait(0.05)
