@@ -17,10 +17,11 @@ from hyperscope.cluster.state import ClusterState, alive
 DATA = Path(__file__).resolve().parents[1] / "data" / "cluster_specs"
 
 
-def run(home: Path, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+def run(home: Path, *args: str, code: int = 0, top: bool = False) -> subprocess.CompletedProcess[str]:
+    """``hyperscope cluster ARGS``, or ``hyperscope ARGS`` with ``top``."""
     env = {**os.environ, "HYPERSCOPE_HOME": str(home), "COLUMNS": "200"}
     proc = subprocess.run(
-        [sys.executable, "-m", "hyperscope", "cluster", *args],
+        [sys.executable, "-m", "hyperscope", *(() if top else ("cluster",)), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -71,9 +72,10 @@ def test_create_describe_list_nodes_delete(tmp_path: Path, make_spec: Callable[.
         assert sorted(srun.stdout.split()) == sorted(["workers-1", "0", "workers-2", "1"]), srun.stderr
         job_out = tmp_path / "job.out"
         args = ("--wait", "-N2", "-o", str(job_out), "--wrap", "srun bash -c 'echo $SLURM_PROCID'")
-        assert re.fullmatch(
-            r"submitted job \d+ to cluster cli\n", run(home, "submit", "cli", "--", *args).stdout
-        )
+        submitted = run(home, "submit", "cli", "--", *args, top=True).stdout
+        assert re.match(r"submitted job \d+ to cluster cli\ncatalog job: cli-wrap ", submitted), submitted
+        assert f"output: {job_out}\nprofiles: {spec.shared_dir / 'hyperscope'}\n" in submitted
+        assert re.search(r"cli-wrap\s+Completed", plain(run(home, "describe", "cli").stdout))
         assert sorted(job_out.read_text().split()) == ["0", "1"]
         # a shell "on" the login node, as HyperPod users get through Session Manager
         sh = run(home, "shell", "cli", "-c", 'echo "$HYPERSCOPE_NODE $PWD $SLURM_CONF"; sinfo -h -o %D')

@@ -53,7 +53,7 @@ def test_adopt_use_and_forget(
     d = manage.describe("adopted", home)
     assert d.running and d.slurm_version.count(".") == 2
     out = str(tmp_path / "job.out")  # not slurm-N.out in the working directory
-    assert manage.submit("adopted", home, ["--wait", "-o", out, "--wrap", "true"]) > 0
+    assert manage.submit("adopted", home, ["--wait", "-o", out, "--wrap", "true"]).job_id > 0
     assert manage.create(_existing_spec(tmp_path, base.slurm_conf), home).status == "InService"  # again: fine
 
     with pytest.raises(ClusterError, match="exists with the existing provider"):

@@ -121,6 +121,14 @@ def test_seam_errors_name_command_status_and_message() -> None:
         slow.ping()
 
 
+def test_sbatch_wait_of_a_failed_job_still_gives_its_id() -> None:
+    """``sbatch --wait`` exits with the job's status; the job was submitted all the same."""
+    assert Slurm(Path("/c"), runner=FakeRunner(rc=3, stdout="12\n")).submit("--wait", "x.sh") == 12
+    refused = FakeRunner(rc=1, stderr="sbatch: error: Batch job submission failed: Node count\n")
+    with pytest.raises(SlurmError, match="failed with status 1: sbatch: error: Batch job submission"):
+        Slurm(Path("/c"), runner=refused).submit("-N", "9", "x.sh")
+
+
 def test_show_job_states_and_catalog_status() -> None:
     jobs = {j.id: j for j in parse_show_job(_read("show_job.txt"))}
     assert {i: (j.state, j.status) for i, j in jobs.items()} == {

@@ -16,8 +16,9 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from hyperscope.cli._options import HomeOption, err, out
-from hyperscope.cluster import manage
+from hyperscope.cluster import jobs, manage
 from hyperscope.errors import HyperscopeError, UsageError
+from hyperscope.store.catalog import JobStatus
 from hyperscope.store.store import default_home
 
 cluster_app = typer.Typer(
@@ -121,6 +122,14 @@ def describe(name: NameArg, home: HomeOption = None) -> None:
     for g, role, count, spares in d.groups:
         groups.add_row(g, role, str(count), str(spares))
     out.print(groups)
+    if d.jobs_note:
+        err.print(Text("warning: ", style="bold yellow") + Text(d.jobs_note))
+    if d.jobs:
+        out.print(f"jobs in {jobs.store_home(s)} (the last 10; `hyperscope jobs --home` lists all):")
+        recent = Table("job", "status", "created", "slurm")
+        for j in d.jobs[-10:]:
+            recent.add_row(j.name, j.status.value, _when(j.created_ns / 1e9), j.message)
+        out.print(recent)
 
 
 @cluster_app.command("list-nodes")
@@ -194,9 +203,18 @@ def submit(
     ],
     home: HomeOption = None,
 ) -> None:
-    """Submit a batch job: ``hyperscope cluster submit demo -- -N2 job.sh``."""
+    """Submit a batch job: ``hyperscope submit demo -- -N2 job.sh``. It runs with HYPERSCOPE_HOME
+    on the cluster's shared store and HYPERSCOPE_JOB on its catalog entry, so its profiles join it."""
     try:
-        job = manage.submit(name, _home(home), sbatch_args)
+        done = manage.submit(name, _home(home), sbatch_args)
     except HyperscopeError as exc:
         _fail(exc)
-    out.print(f"submitted job {job} to cluster {name}")
+    out.print(
+        f"submitted job {done.job_id} to cluster {name}\n"
+        f"catalog job: {done.catalog_job} (hyperscope jobs --home {done.store})\n"
+        f"output: {done.output or '(as sbatch decides)'}\n"
+        f"profiles: {done.store}\n"
+        f"status: {done.status.value}"
+    )
+    if done.status is JobStatus.FAILED:  # only known this soon with --wait
+        raise typer.Exit(1)

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from hyperscope import __version__
 from hyperscope.cli._options import HomeOption, err, out
-from hyperscope.cli.cluster import cluster_app
+from hyperscope.cli.cluster import cluster_app, submit
 from hyperscope.cli.profile import profile as profile_command
 from hyperscope.cli.report import report as report_command
 from hyperscope.cli.ui import ui as ui_command
@@ -362,6 +362,7 @@ app.command("profile")(profile_command)
 app.command("report")(report_command)
 app.command("ui")(ui_command)
 app.add_typer(cluster_app, name="cluster")
+app.command("submit")(submit)
 
 
 def _print_summary(summary: Summary) -> None:

@@ -5,11 +5,13 @@ state file or runs a Slurm command itself.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hyperscope.cluster import jobs
 from hyperscope.cluster.existing import ExistingProvider
 from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.slurm import Node, Slurm, SlurmError
@@ -24,6 +26,10 @@ from hyperscope.cluster.state import (
     clusters_dir,
     list_states,
 )
+from hyperscope.errors import HyperscopeError
+from hyperscope.store.catalog import Job as CatalogJob
+from hyperscope.store.catalog import JobStatus
+from hyperscope.store.store import Store
 
 
 def provider_for(kind: str, home: Path) -> Provider:
@@ -48,10 +54,17 @@ def load(name: str, home: Path) -> ClusterState:
 
 
 def delete(name: str, home: Path) -> bool:
-    """True when a cluster was deleted; False when there was none (deleting twice is fine)."""
+    """True when a cluster was deleted; False when there was none (deleting twice is fine). Its
+    jobs' last states are synced first; those still running end Stopped in the catalog."""
     d = clusters_dir(home) / name
-    kind = ClusterState.load(d).provider if (d / "cluster.json").is_file() else "local"
-    return provider_for(kind, home).delete(name)
+    state = ClusterState.load(d) if (d / "cluster.json").is_file() else None
+    if state is not None:
+        _sync_quietly(name, home)
+    deleted = provider_for(state.provider if state else "local", home).delete(name)
+    if state is not None:
+        with contextlib.suppress(HyperscopeError):
+            jobs.cluster_gone(state)
+    return deleted
 
 
 def list_clusters(home: Path) -> list[ClusterState]:
@@ -64,6 +77,8 @@ class Description:
     running: bool  # every daemon we started is alive
     slurm_version: str  # "" when Slurm does not answer
     groups: list[tuple[str, str, int, int]]  # name, role, nodes, spares
+    jobs: list[CatalogJob]  # the cluster's jobs in the shared store's catalog, just synced
+    jobs_note: str  # why they could not be synced, else ""
 
 
 def _running(state: ClusterState) -> bool:
@@ -86,7 +101,8 @@ def describe(name: str, home: Path) -> Description:
     for n in state.nodes:
         role, count, spares = groups.get(n.group, (n.role, 0, 0))
         groups[n.group] = (role, count + (not n.spare), spares + n.spare)
-    return Description(state, running, version, [(g, *v) for g, v in groups.items()])
+    synced, note = _sync_quietly(name, home) if running else ([], "")
+    return Description(state, running, version, [(g, *v) for g, v in groups.items()], synced, note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +137,7 @@ def list_nodes(name: str, home: Path) -> list[NodeRow]:
             live = {n.name: n for n in Slurm(Path(state.slurm_conf)).nodes()}
         except SlurmError:
             live = {}
+        _sync_quietly(name, home)
     rows = []
     for n in state.nodes:
         s = live.get(n.name)
@@ -164,9 +181,50 @@ def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str,
     return env, Path(state.shared_dir)
 
 
-def submit(name: str, home: Path, sbatch_args: list[str]) -> int:
-    """``sbatch`` against the cluster (plain ``sbatch`` with its SLURM_CONF does the same); the job id."""
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    job_id: int  # Slurm's
+    catalog_job: str  # the entry in the shared store's jobs catalog (HYPERSCOPE_JOB in the job)
+    store: Path  # HYPERSCOPE_HOME in the job: where its profiles land
+    output: str  # Slurm's StdOut path; "" when slurmctld did not say
+    status: JobStatus  # in the catalog, just after sbatch returned (the end, with --wait)
+
+
+def submit(name: str, home: Path, sbatch_args: list[str]) -> Submitted:
+    """``sbatch`` against the cluster, the job's entry in the shared store's catalog reserved first
+    so the job's own profiles join it (plain ``sbatch`` with SLURM_CONF works too; its job gets an
+    entry at the next sync)."""
     state = load(name, home)
     if state.status != "InService":
         raise ClusterError(f"cluster {name!r} is {state.status}, not InService; nothing submitted")
-    return Slurm(Path(state.slurm_conf)).submit(*sbatch_args)
+    slurm = Slurm(Path(state.slurm_conf))
+    reserved = jobs.reserve(state, jobs.submit_name(state.name, sbatch_args))
+    env = {"HYPERSCOPE_HOME": str(jobs.store_home(state)), "HYPERSCOPE_JOB": reserved.name}
+    try:
+        job_id = slurm.submit(*sbatch_args, env=env)
+    except BaseException:
+        with Store(jobs.store_home(state)) as store:
+            store.catalog.remove(reserved.name)
+        raise
+    synced = jobs.sync(state, slurm, link=(job_id, reserved.name))
+    live = synced.live.get(job_id)
+    output = live.fields.get("StdOut", "") if live else ""
+    status = next(j.status for j in synced.catalog if j.name == reserved.name)
+    return Submitted(job_id, reserved.name, jobs.store_home(state), output, status)
+
+
+def sync_jobs(name: str, home: Path) -> list[CatalogJob]:
+    """Bring the cluster's Slurm jobs into the shared store's catalog; [] when Slurm is not running
+    (nothing can be asked). Runs at submit, describe, list-nodes, jobs and delete."""
+    state = load(name, home)
+    if not _running(state):
+        return []
+    return jobs.sync(state, Slurm(Path(state.slurm_conf))).catalog
+
+
+def _sync_quietly(name: str, home: Path) -> tuple[list[CatalogJob], str]:
+    """A view of the cluster is still worth showing when its catalog cannot be written."""
+    try:
+        return sync_jobs(name, home), ""
+    except HyperscopeError as exc:
+        return [], f"jobs not synced to the catalog: {exc}"

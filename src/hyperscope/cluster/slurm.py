@@ -42,10 +42,12 @@ class Slurm:
         """The environment a user needs for plain ``sbatch``/``srun`` against this cluster."""
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
-    def run(self, *argv: str, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, timeout: float = 30.0, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         shown = " ".join(argv)
         try:
-            done = self._runner(argv, self.env(), timeout)
+            done = self._runner(argv, {**self.env(), **(env or {})}, timeout)
         except FileNotFoundError as exc:
             raise SlurmError(
                 f"`{argv[0]}` is not installed: install Debian's slurm-wlm and munge "
@@ -83,12 +85,22 @@ class Slurm:
         """Every job slurmctld still remembers (finished ones for MinJobAge seconds)."""
         return parse_show_job(self.run("scontrol", "show", "job", "-o").stdout)
 
-    def submit(self, *sbatch_args: str) -> int:
-        """``sbatch --parsable ARGS``; the job id. With ``--wait``/``-W`` sbatch returns when the job
-        ends, so the limit is then 11 days (selectors reject more than ~24)."""
+    def submit(self, *sbatch_args: str, env: dict[str, str] | None = None) -> int:
+        """``sbatch --parsable ARGS`` with ``env`` added to the job's environment; the job id. With
+        ``--wait``/``-W`` sbatch returns when the job ends, so the limit is then 11 days (selectors
+        reject more than ~24)."""
         waits = any(a in ("--wait", "-W") for a in sbatch_args)
-        done = self.run("sbatch", "--parsable", *sbatch_args, timeout=1e6 if waits else 60.0)
-        return parse_sbatch(done.stdout)
+        argv = ("sbatch", "--parsable", *sbatch_args)
+        done = self.run(*argv, timeout=1e6 if waits else 60.0, env=env, check=False)
+        try:  # with --wait, sbatch exits with the job's status: a failed job was still submitted
+            return parse_sbatch(done.stdout)
+        except SlurmError:
+            if done.returncode == 0:
+                raise
+        said = (done.stderr or done.stdout).strip() or "(no output)"
+        raise SlurmError(
+            f"`{' '.join(argv)}` (SLURM_CONF={self.conf}) failed with status {done.returncode}: {said}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,6 +126,7 @@ class Catalog:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA foreign_keys=ON")
                 self._db.executescript(_SCHEMA)
+                _migrate(self._db)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -304,6 +305,68 @@ class Catalog:
             (status.value, "; ".join(notes), profile_id),
         )
 
+    def upsert_slurm_job(
+        self,
+        cluster: str,
+        slurm_job_id: int | None,
+        *,
+        name: str,
+        status: JobStatus,
+        nodes: list[str],
+        ranks: int,
+        created_ns: int,
+        message: str,
+    ) -> Job:
+        """Record what Slurm says of one job of ``cluster`` (a key that changes when the cluster is
+        re-created, because Slurm's job ids start again); returns the catalog's job.
+
+        The entry is found by (cluster, id); else by ``name`` when that entry has no Slurm job yet
+        (reserved by ``hyperscope submit`` before sbatch, or opened by the job's own capture), so
+        the Slurm job and its profiles are one entry; else a new one is made, named ``name`` or
+        ``name-2``… With ``slurm_job_id=None`` it only reserves such an entry.
+        """
+        with self._write() as db:
+            row = None
+            if slurm_job_id is not None:
+                row = db.execute(
+                    "SELECT id FROM jobs WHERE slurm_cluster = ? AND slurm_job_id = ?",
+                    (cluster, slurm_job_id),
+                ).fetchone() or db.execute(
+                    "SELECT id FROM jobs WHERE name = ? AND slurm_job_id IS NULL", (name,)
+                ).fetchone()
+            if row is None:
+                unique, n = name, 1
+                while db.execute("SELECT 1 FROM jobs WHERE name = ?", (unique,)).fetchone():
+                    n += 1
+                    unique = f"{name}-{n}"
+                cur = db.execute(
+                    "INSERT INTO jobs(name, created_ns, updated_ns, status, nodes, ranks, message) "
+                    "VALUES (?, ?, ?, ?, '[]', 0, '')",
+                    (unique, created_ns, created_ns, status.value),
+                )
+                row = (cur.lastrowid,)
+            new = (cluster, slurm_job_id, status.value, json.dumps(sorted(nodes)), ranks, message)
+            old = db.execute(
+                "SELECT slurm_cluster, slurm_job_id, status, nodes, ranks, message FROM jobs WHERE id = ?",
+                (row[0],),
+            ).fetchone()
+            if tuple(old) != new:  # a sync that learns nothing new leaves updated_ns alone
+                db.execute(
+                    "UPDATE jobs SET slurm_cluster = ?, slurm_job_id = ?, status = ?, nodes = ?, "
+                    "ranks = max(ranks, ?), message = ?, updated_ns = ? WHERE id = ?",
+                    (*new, time.time_ns(), row[0]),
+                )
+        return self.job(str(row[0]))
+
+    def slurm_jobs(self, cluster: str) -> dict[int, Job]:
+        """The jobs of one cluster (key as in :meth:`upsert_slurm_job`) by Slurm job id."""
+        rows = self._db.execute(
+            _JOB_SELECT.replace(" FROM", ", slurm_job_id FROM")
+            + " WHERE slurm_cluster = ? AND slurm_job_id IS NOT NULL",
+            (cluster,),
+        ).fetchall()
+        return {int(r[-1]): self._with_profiles(_job(r[:-1])) for r in rows}
+
     def set_status(self, job: str, status: JobStatus, message: str = "") -> None:
         found = self.job(job)
         with self._write() as db:
@@ -365,6 +428,22 @@ class Catalog:
 
 
 _JOB_SELECT: Final = "SELECT id, name, created_ns, updated_ns, status, nodes, ranks, message FROM jobs"
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Columns added after the first release; a catalog written before them opens unchanged."""
+    have = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+    for column in ("slurm_cluster TEXT NOT NULL DEFAULT ''", "slurm_job_id INTEGER"):
+        if column.split()[0] not in have:
+            try:
+                db.execute(f"ALTER TABLE jobs ADD COLUMN {column}")
+            except sqlite3.OperationalError as exc:  # another process added it first
+                if "duplicate column" not in str(exc):
+                    raise
+    db.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_slurm ON jobs(slurm_cluster, slurm_job_id) "
+        "WHERE slurm_job_id IS NOT NULL"
+    )
 
 
 def _job(row: tuple[object, ...]) -> Job:
