@@ -122,7 +122,7 @@ export function dashboardPage(): DashboardPage {
 
   function fillFilters(): void {
     const f = filters;
-    nodeSel.replaceChildren(h("option", { value: "" }, "All nodes"), ...(f?.nodes ?? []).map((n) => h("option", { value: n }, n)));
+    nodeSel.replaceChildren(h("option", { value: "" }, "All nodes"), ...(f?.nodes ?? []).filter((n) => n !== "").map((n) => h("option", { value: n }, n)));
     rankSel.replaceChildren(
       h("option", { value: "" }, "All ranks"),
       ...(f?.ranks ?? []).map((r) => h("option", { value: String(r) }, `rank ${r}`)),

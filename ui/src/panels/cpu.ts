@@ -1,6 +1,7 @@
 // CPU panels: active time of the profiled threads, host CPU utilization over time.
 import { bucketOrigin, groupSeries, pie, utilizationLines } from "../charts";
 import { count, duration } from "../format";
+import { nodeName } from "./gpu";
 import { type Panel, rowsOf } from "./types";
 
 export const cpuTime: Panel = {
@@ -41,7 +42,7 @@ export const cpuUtilization: Panel = {
   build(tables) {
     const rows = rowsOf(tables, "cpu_utilization");
     if (!rows.length) return { empty: "No CPU samples or thread activity in this profile." };
-    const key = (r: (typeof rows)[number]) => (Number(r.rank) >= 0 ? `${r.node} rank ${r.rank}` : String(r.node));
+    const key = (r: (typeof rows)[number]) => (Number(r.rank) >= 0 ? `${nodeName(r.node)} rank ${r.rank}` : nodeName(r.node));
     const option = utilizationLines(groupSeries(rows, key), bucketOrigin(rows));
     // CPU figures can pass 100 (one thread busy = 100): let the axis grow.
     (option.yAxis as Record<string, unknown>).max = (v: { max: number }) => Math.max(100, Math.ceil(v.max));

@@ -127,7 +127,7 @@ export const precision: Panel = {
 
 function gpuLabel(r: Row): string {
   const rank = Number(r.rank);
-  return rank >= 0 ? `${r.node} rank ${rank}` : `${r.node} GPU ${r.device}`;
+  return rank >= 0 ? `${nodeName(r.node)} rank ${rank}` : `${nodeName(r.node)} GPU ${r.device}`;
 }
 
 export const gpuUtilization: Panel = {
@@ -142,7 +142,8 @@ export const gpuUtilization: Panel = {
   },
 };
 
-/** Per node, plus "all nodes": the mean over every GPU of the job in each bucket. */
+/** Per node, plus "all nodes": the node lines weighted by each node's GPU count (a GPU without ops in a
+ * bucket has no per-GPU row there, so averaging the per-GPU rows would overstate the job). */
 export const gpuUtilizationNodes: Panel = {
   name: "gpu_utilization_nodes",
   title: "GPU utilization over time, per node and all nodes",
@@ -151,20 +152,26 @@ export const gpuUtilizationNodes: Panel = {
   build(tables) {
     const rows = rowsOf(tables, "gpu_utilization_nodes");
     if (!rows.length) return { empty: NO_GPU };
-    const series = groupSeries(rows, (r) => String(r.node));
-    const perGpu = rowsOf(tables, "gpu_utilization");
-    if (perGpu.length) {
-      const sums = new Map<number, [number, number]>();
-      for (const r of perGpu) {
-        const b = r.bucket_start_ns as number;
-        const acc = sums.get(b) ?? [0, 0];
-        sums.set(b, [acc[0] + (r.util_pct as number), acc[1] + 1]);
-      }
-      const points = [...sums]
-        .sort((a, b) => a[0] - b[0])
-        .map(([b, [s, n]]): [number, number] => [b, s / n]);
-      series.push({ name: "all nodes", points });
+    const series = groupSeries(rows, (r) => nodeName(r.node));
+    const gpus = new Map<string, Set<string>>();
+    for (const r of rowsOf(tables, "gpu_utilization")) {
+      const node = nodeName(r.node);
+      let set = gpus.get(node);
+      if (!set) gpus.set(node, (set = new Set()));
+      set.add(`${r.rank}/${r.device}`);
     }
+    const weight = (node: string) => Math.max(1, gpus.get(node)?.size ?? 0);
+    const total = series.reduce((acc, s) => acc + weight(s.name), 0);
+    const sums = new Map<number, number>();
+    for (const s of series) {
+      for (const [b, util] of s.points) sums.set(b, (sums.get(b) ?? 0) + util * weight(s.name));
+    }
+    const points = [...sums].sort((a, b) => a[0] - b[0]).map(([b, sum]): [number, number] => [b, sum / total]);
+    series.push({ name: "all nodes", points });
     return { option: utilizationLines(series, bucketOrigin(rows)) };
   },
 };
+
+export function nodeName(node: unknown): string {
+  return node ? String(node) : "(unnamed node)";
+}

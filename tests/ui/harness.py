@@ -1,0 +1,109 @@
+"""Running the real ``hyperscope ui`` server and Debian's chromium for the browser tests and the
+UI benchmark: no Playwright browser downloads, no stand-in server."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+BUNDLE = REPO / "src" / "hyperscope" / "server" / "static" / "index.html"
+ARTIFACTS = REPO / "test-artifacts" / "ui"
+
+# Every chart's option as plain JSON (formatters are functions: left out).
+OPTION_JS = """(name) => {
+  const chart = window.__hyperscope.charts[name];
+  if (!chart) return null;
+  return JSON.parse(JSON.stringify(chart.getOption(), (k, v) => (typeof v === "function" ? undefined : v)));
+}"""
+
+
+def chromium_path() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def missing() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if chromium_path() is None:
+        return "Debian's chromium is not installed (./dev test installs it as root: apt-get install chromium)"
+    if not BUNDLE.is_file():
+        return f"the UI bundle is not built ({BUNDLE.relative_to(REPO)} is absent): run ./dev build-ui"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright Python package is not installed (pip install -e .[dev])"
+    return None
+
+
+@contextmanager
+def ui_server(home: Path, timeout_s: float = 60.0) -> Iterator[str]:
+    """``hyperscope ui --port 0`` over ``home`` in a child process; yields its base URL."""
+    argv = [sys.executable, "-m", "hyperscope", "ui", "--port", "0", "--no-browser", "--home", str(home)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        url = None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while url is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                rest = proc.stdout.read() if proc.poll() is not None else ""
+                raise RuntimeError(f"hyperscope ui did not start: {''.join(seen)}{rest}")
+            if not sel.select(timeout=0.5):
+                continue
+            line = proc.stdout.readline()
+            seen.append(line)
+            for word in line.split():
+                if word.startswith("http://"):
+                    url = word.rstrip("/")
+        sel.close()
+        _wait_ready(url, deadline)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_ready(url: str, deadline: float) -> None:
+    import urllib.request
+
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/api/jobs?limit=1", timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def api(url: str, path: str) -> tuple[int, Any]:
+    """GET ``path`` from the server: (status, JSON body)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}{path}", timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def launch_chromium(playwright: Any) -> Any:
+    return playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
