@@ -3,6 +3,8 @@ back from every chart the numbers ``hyperscope.analysis`` computes for the same 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from hyperscope import Store
 from hyperscope.analysis import Scope, annotation_histogram
 from hyperscope.store.catalog import JobStatus
 from tests.ui.conftest import Served, expected_dashboard, screenshot
-from tests.ui.harness import api
+from tests.ui.harness import api, ui_server
 from tests.ui.pages import (
     TIMEOUT_MS,
     check_charts,
@@ -259,3 +261,43 @@ def test_running_job_dashboard_refreshes(page: Any, synth: Served) -> None:
     finally:
         with Store(synth.home) as store:
             store.catalog.set_status("other-run", JobStatus.COMPLETED)
+
+
+CPU_ONLY_TRACE = {
+    "schemaVersion": 1,
+    "traceEvents": [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#0",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000,
+            "dur": 500,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1100, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 1300, "dur": 100},
+    ],
+}
+
+
+def test_empty_states(page: Any, tmp_path: Path) -> None:
+    """A profile without GPU work: each GPU chart says so instead of drawing an empty chart."""
+    trace = tmp_path / "cpu.json"
+    trace.write_text(json.dumps(CPU_ONLY_TRACE))
+    home = tmp_path / "home"
+    with Store(home) as store:
+        store.import_traces([trace], "cpu-only")
+    _, want = expected_dashboard(home, "cpu-only")
+    with ui_server(home) as url:
+        open_jobs(page, url)
+        load_job(page, "cpu-only")
+        check_charts(page, want)
+        for name in ("gpu_time_job", "gpu_activity", "gpu_utilization", "gpu_utilization_nodes"):
+            card = f"[data-chart='{name}']"
+            assert page.get_attribute(card, "data-empty") == "true"
+            assert "No GPU activity in this profile" in page.inner_text(card)
+        assert "No GPU kernels" in page.inner_text("[data-chart='kernels']")
+        assert option(page, "cpu_time") is not None  # the CPU side still draws
+        assert page.is_disabled("#add-chart")  # no annotations to offer
+        screenshot(page, "dashboard-empty-gpu")

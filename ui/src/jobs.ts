@@ -172,7 +172,9 @@ export function jobsPage(onOpen: () => void): JobsPage {
       const answer = await listJobs(q, ctrl.signal);
       if (ctrl.signal.aborted) return;
       jobs = answer.jobs;
-      summary.textContent = `${answer.total} job${answer.total === 1 ? "" : "s"}`;
+      summary.textContent =
+        `${answer.total} job${answer.total === 1 ? "" : "s"}` +
+        (answer.total > jobs.length ? ` (the first ${jobs.length} shown: narrow the search)` : "");
       drawRows();
       root.dataset.state = "ready";
       // A loaded job that is still running: keep its status in the bar current.
