@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 
 from hyperscope import __version__
 from hyperscope.analysis import (
+    Prepared,
     Scope,
     annotation_histogram,
     annotation_stats,
@@ -78,11 +79,13 @@ def create_app(
     token: str | None = None,
     query_timeout_s: float = 30.0,
     max_rows: int = 100_000,
+    static_dir: Path = static.STATIC_DIR,
 ) -> FastAPI:
     """The API and the front end over the store at ``home`` (created when missing).
 
     ``token`` guards every path when given (see :mod:`hyperscope.server.auth`); ``serve()`` makes
-    one up whenever the server listens beyond loopback.
+    one up whenever the server listens beyond loopback. ``static_dir`` holds the built front end
+    (tests point it elsewhere).
     """
     home = Path(home).expanduser()
     Store(home).close()  # the catalog exists before the first read-only connection
@@ -247,7 +250,7 @@ def create_app(
         )
         return _json(found)
 
-    static.install(app)
+    static.install(app, static_dir)
     return app
 
 
@@ -279,16 +282,19 @@ def _annotation(
     ).fetchone()
     if known is None:
         raise AnnotationNotFound(f"annotation {name!r}: the profile has no annotation of that name")
-    stats = annotation_stats(con, scope, name=name)
-    histogram = annotation_histogram(con, name, scope, bins) if stats.rows else None
-    limits.check_rows([("histogram", len(histogram) if histogram else 0)])
-    if histogram is None:
-        empty = {"title": f"Duration histogram of {name}", "columns": [], "rows": [], "notes": []}
-        table = {**empty, "notes": [*stats.notes, f"annotation {name!r}: none in scope"]}
-    else:
-        table = histogram.to_dict()
-    rows = stats.to_dict()["rows"]
-    return {"stats": rows[0] if rows else None, "histogram": table}
+    ctx = Prepared(con, scope)  # a rank or node the profile lacks is refused here (400)
+    try:
+        try:
+            stats = annotation_stats(ctx, scope, name=name)
+        except UsageError:  # the name exists, but not within this scope
+            notes = [*ctx.notes, f"annotation {name!r}: none in scope"]
+            table = {"title": f"Duration histogram of {name}", "columns": [], "rows": [], "notes": notes}
+            return {"stats": None, "histogram": table}
+        histogram = annotation_histogram(ctx, name, scope, bins)
+    finally:
+        ctx.close()
+    limits.check_rows([("histogram", len(histogram))])
+    return {"stats": stats.to_dict()["rows"][0], "histogram": histogram.to_dict()}
 
 
 def _scope(node: list[str] | None, rank: list[int] | None, steps: str | None) -> Scope:

@@ -26,7 +26,12 @@ from hyperscope.server.models import JobDetailOut, JobListOut, JobOut, ProfileRe
 from hyperscope.store.catalog import JobStatus
 
 PROFILE_ID: Final = re.compile(r"[0-9a-f]{16}")
-SORTS: Final = {"created": "j.created_ns", "name": "j.name", "status": "j.status", "ranks": "j.ranks"}
+SORTS: Final = {
+    "created": "j.created_ns",
+    "name": "j.name COLLATE NOCASE",
+    "status": "j.status",
+    "ranks": "j.ranks",
+}
 MAX_LIMIT: Final = 1000
 
 _JOB_COLUMNS: Final = (

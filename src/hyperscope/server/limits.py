@@ -13,7 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import duckdb
 
@@ -22,6 +22,9 @@ from hyperscope.analysis._common import connection
 from hyperscope.store.profile import Profile
 
 T = TypeVar("T")
+
+#: how often a timed-out query is interrupted again until its worker has stopped
+INTERRUPT_EVERY_S: Final = 0.05
 
 
 class QueryTimeout(Exception):
@@ -68,10 +71,9 @@ class QueryLimits:
         if not slot.done.wait(self.timeout_s):
             with slot.lock:
                 slot.cancelled = True
-                if slot.con is not None:
-                    # the worker may have closed it between our check and the call
-                    with contextlib.suppress(duckdb.Error):
-                        slot.con.interrupt()
+            threading.Thread(
+                target=_interrupt, args=(slot,), name="hyperscope-interrupt", daemon=True
+            ).start()
             raise QueryTimeout(
                 f"{what} took longer than the server's {self.timeout_s:g} s query limit and was "
                 "stopped; narrow the scope (rank, node, steps) or start the server with a larger "
@@ -90,6 +92,18 @@ class QueryLimits:
                     f"table {name!r} has {rows:,} rows, over the server's cap of {self.max_rows:,}; "
                     "ask for fewer (top_k, buckets, bins) or start the server with a larger --max-rows"
                 )
+
+
+def _interrupt(slot: _Slot[Any]) -> None:
+    """Interrupt until the worker is gone: DuckDB drops an interrupt that arrives between two
+    statements, and an analysis runs many; Python-side work in between is not interruptible."""
+    while not slot.done.is_set():
+        with slot.lock:
+            if slot.con is not None:
+                # the worker may be closing it at this very moment
+                with contextlib.suppress(duckdb.Error):
+                    slot.con.interrupt()
+        slot.done.wait(INTERRUPT_EVERY_S)
 
 
 def _work(slot: _Slot[T], profile: Profile, work: Callable[[duckdb.DuckDBPyConnection], T]) -> None:

@@ -29,9 +29,17 @@ repository with <code>./dev build-ui</code>, then reload this page.</p>
 """
 
 
+class _Assets(StaticFiles):
+    """Starlette's static files, where a missing folder is a 404 rather than a server error: the
+    bundle may be built (``./dev build-ui``) while the server runs."""
+
+    async def check_config(self) -> None:
+        return None
+
+
 def install(app: FastAPI, directory: Path = STATIC_DIR) -> None:
     """Routes for the bundle in ``directory``; registered after the API so ``/api`` wins."""
-    app.mount("/assets", StaticFiles(directory=directory / "assets", check_dir=False), name="assets")
+    app.mount("/assets", _Assets(directory=directory / "assets", check_dir=False), name="assets")
 
     def index() -> Response:
         page = directory / "index.html"

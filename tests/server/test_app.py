@@ -1,0 +1,223 @@
+"""Every endpoint of docs/ui-api.md, in-process, against the analyses they serve."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from hyperscope import Store
+from hyperscope.analysis import Scope, annotation_histogram, annotation_stats, dashboard, to_json
+from hyperscope.schema.layout import profile_dir
+from hyperscope.server import create_app
+from hyperscope.store.catalog import JobStatus
+from hyperscope.store.profile import Profile
+from tests.server.conftest import H200, H200_PROFILE, Home
+
+DASHBOARD_TABLES = {
+    "gpu_time", "gpu_time_job", "kernel_types", "idle", "kernels", "precision", "gpu_activity",
+    "memory_ops", "launch_latency", "latency_outliers", "latency_histogram", "steps", "steps_job",
+    "step_histogram", "annotations", "cpu_time", "gpu_utilization", "gpu_utilization_nodes",
+    "cpu_utilization", "ranks",
+}  # fmt: skip
+
+
+def expected_tables(home: Path, profile_id: str, scope: Scope | None = None, **kw: int) -> dict[str, Any]:
+    """What the analysis library gives, through the same JSON encoding (NaN → null)."""
+    tables = dashboard(Profile.open(profile_dir(home, profile_id)), scope or Scope(), **kw)
+    return dict(orjson.loads(orjson.dumps(to_json(tables))))
+
+
+def test_jobs_lists_every_job_newest_first(client: TestClient, home: Home) -> None:
+    body = client.get("/api/jobs").json()
+    assert body["total"] == 3
+    assert [j["name"] for j in body["jobs"]] == ["ground-truth", "synth-multi", "h200-transformer"]
+    h200 = body["jobs"][2]
+    assert h200["latest_profile"] == H200_PROFILE and h200["profiles"] == 1
+    assert h200["status"] == "Completed" and h200["nodes"] == ["vm"] and h200["ranks"] == 1
+    assert set(h200) == {
+        "id", "name", "status", "created_ns", "updated_ns", "nodes", "ranks", "message",
+        "latest_profile", "profiles",
+    }  # fmt: skip
+    multi = body["jobs"][1]
+    assert multi["nodes"] == ["node-a", "node-b"] and multi["ranks"] == 4
+
+
+def test_job_by_name_or_id_lists_its_profiles(client: TestClient, home: Home) -> None:
+    by_name = client.get("/api/jobs/synth-multi").json()
+    by_id = client.get(f"/api/jobs/{by_name['id']}").json()
+    assert by_name == by_id
+    assert [p["id"] for p in by_name["profile_list"]] == [home.multi]
+    ref = by_name["profile_list"][0]
+    assert ref["source"] == "import" and ref["ranks"] == 4 and ref["events"] > 0 and ref["bytes"] > 0
+    assert client.get("/api/jobs/no-such-job").status_code == 404
+    assert "no-such-job" in client.get("/api/jobs/no-such-job").json()["detail"]
+
+
+def test_profile_information_panel(client: TestClient, home: Home) -> None:
+    body = client.get(f"/api/profiles/{home.h200}").json()
+    assert body["id"] == home.h200 and body["job"] == "h200-transformer" and body["status"] == "Completed"
+    assert body["source"] == "capture" and body["events"] == 55786 and body["world_size"] == 1
+    assert body["ts_min_ns"] < body["ts_max_ns"]
+    (rank,) = body["ranks"]
+    assert rank["devices"] == ["NVIDIA H200"] and rank["node"] == "vm" and rank["complete"] is True
+    assert any("perf counters" in n for n in rank["notes"])
+    assert body["settings"]["sample_interval_s"] == 0.1  # the capture's ProfilerConfig
+    multi = client.get(f"/api/profiles/{home.multi}").json()
+    assert [r["rank"] for r in multi["ranks"]] == [0, 1, 2, 3] and multi["settings"] == {}
+    assert [r["node"] for r in multi["ranks"]] == ["node-a", "node-a", "node-b", "node-b"]
+
+
+def test_filters_offer_what_the_profile_has(client: TestClient, home: Home) -> None:
+    h200 = client.get(f"/api/profiles/{home.h200}/filters").json()
+    assert h200 == {
+        "nodes": ["vm"],
+        "ranks": [0],
+        "steps": {"min": 0, "max": 39},
+        "annotations": sorted(h200["annotations"], key=lambda n: h200["annotations"].index(n)),
+    }
+    assert {"forward", "backward", "optimizer", "data"} <= set(h200["annotations"])
+    multi = client.get(f"/api/profiles/{home.multi}/filters").json()
+    assert multi["nodes"] == ["node-a", "node-b"] and multi["ranks"] == [0, 1, 2, 3]
+    assert multi["steps"] is not None and multi["steps"]["max"] - multi["steps"]["min"] == 3
+
+
+@pytest.mark.parametrize("profile", ["h200", "multi"])
+def test_dashboard_equals_the_analysis(client: TestClient, home: Home, profile: str) -> None:
+    pid = getattr(home, profile)
+    body = client.get(f"/api/profiles/{pid}/dashboard").json()
+    assert set(body["tables"]) == DASHBOARD_TABLES
+    assert body["tables"] == expected_tables(home.path, pid)
+    assert body["scope"] == {"nodes": None, "ranks": None, "steps": None}
+    assert body["cached"] is False and body["elapsed_ms"] > 0
+
+
+@pytest.mark.parametrize(
+    ("query", "scope", "echo"),
+    [
+        ("rank=3&rank=1&rank=3", Scope(ranks=(1, 3)), {"nodes": None, "ranks": [1, 3], "steps": None}),
+        ("node=node-b", Scope(nodes=("node-b",)), {"nodes": ["node-b"], "ranks": None, "steps": None}),
+        ("steps=1:2", Scope(steps=(1, 2)), {"nodes": None, "ranks": None, "steps": [1, 2]}),
+        ("steps=2&rank=0", Scope(ranks=(0,), steps=(2, 2)), {"nodes": None, "ranks": [0], "steps": [2, 2]}),
+    ],
+)
+def test_dashboard_filters(client: TestClient, home: Home, query: str, scope: Scope, echo: Any) -> None:
+    body = client.get(f"/api/profiles/{home.multi}/dashboard?{query}&top_k=3&buckets=7").json()
+    assert body["scope"] == echo
+    assert body["tables"] == expected_tables(home.path, home.multi, scope, top_k=3, buckets=7)
+    ranks = {row["group"] for row in body["tables"]["gpu_time"]["rows"]}
+    assert ranks == {str(r) for r in (scope.ranks or ((2, 3) if scope.nodes else (0, 1, 2, 3)))}
+
+
+def test_dashboard_is_cached_for_finished_jobs(client: TestClient, home: Home) -> None:
+    url = f"/api/profiles/{home.multi}/dashboard?rank=0"
+    first, second = client.get(url).json(), client.get(url).json()
+    assert (first["cached"], second["cached"]) == (False, True)
+    assert first["tables"] == second["tables"]
+    assert client.get(url + "&rank=0").json()["cached"] is True  # the same scope, said twice
+    assert client.get(url + "&top_k=4").json()["cached"] is False
+
+
+def test_running_jobs_show_new_data_on_refresh(tmp_path: Path) -> None:
+    """A capture still InProgress writes parts as it goes: every request reads what is there."""
+    home = tmp_path / "home"
+    shutil.copytree(H200, home)
+    with Store(home) as store:
+        store.catalog.set_status("h200-transformer", JobStatus.IN_PROGRESS)
+    events = profile_dir(home, H200_PROFILE) / "events"
+    part = max(events.glob("*.parquet"), key=lambda p: p.stat().st_size)  # the one with the kernels
+    later = tmp_path / part.name
+    shutil.move(part, later)  # not written yet
+    app = create_app(home, static_dir=tmp_path / "none")
+    with TestClient(app) as client:
+        url = f"/api/profiles/{H200_PROFILE}/dashboard"
+        before = client.get(url).json()
+        shutil.move(later, events / later.name)  # the next flush
+        after = client.get(url).json()
+        assert (before["cached"], after["cached"]) == (False, False)
+        # the last row of the kernel table counts every launch
+        old, new = (b["tables"]["kernels"]["rows"][-1]["launches"] for b in (before, after))
+        assert after["tables"] == expected_tables(home, H200_PROFILE)
+        assert new > old
+        assert "still running" in " ".join(client.get(f"/api/profiles/{H200_PROFILE}").json()["notes"])
+
+
+def test_annotation_histogram(client: TestClient, home: Home) -> None:
+    profile = Profile.open(profile_dir(home.path, home.h200))
+    body = client.get(f"/api/profiles/{home.h200}/annotations/forward/histogram?bins=5").json()
+    stats = annotation_stats(profile, Scope(), name="forward").to_dict()["rows"][0]
+    assert body["stats"] == orjson.loads(orjson.dumps(stats)) and body["stats"]["count"] == 40
+    assert body["histogram"] == annotation_histogram(profile, "forward", Scope(), bins=5).to_dict()
+    assert sum(b["count"] for b in body["histogram"]["rows"]) == 40
+    scoped = client.get(f"/api/profiles/{home.h200}/annotations/forward/histogram?steps=3:4").json()
+    in_steps = annotation_stats(profile, Scope(steps=(3, 4)), name="forward").rows[0]
+    assert scoped["stats"]["count"] == in_steps.count
+
+
+def test_annotation_unknown_or_out_of_scope(client: TestClient, home: Home) -> None:
+    missing = client.get(f"/api/profiles/{home.h200}/annotations/no%2Fsuch/histogram")
+    assert missing.status_code == 404 and "no/such" in missing.json()["detail"]
+    body = client.get(f"/api/profiles/{home.h200}/annotations/forward/histogram?steps=900").json()
+    assert body["stats"] is None and body["histogram"]["rows"] == []
+    assert any("none in scope" in n for n in body["histogram"]["notes"])
+
+
+@pytest.mark.parametrize(
+    ("path", "word"),
+    [
+        ("dashboard?steps=x", "steps"),
+        ("dashboard?steps=7:3", "steps"),
+        ("dashboard?rank=abc", "rank"),
+        ("dashboard?rank=99", "rank 99"),
+        ("dashboard?node=nowhere", "nowhere"),
+        ("dashboard?top_k=0", "top_k"),
+        ("dashboard?buckets=100000", "buckets"),
+        ("annotations/forward/histogram?bins=0", "bins"),
+    ],
+)
+def test_bad_parameters_answer_400(client: TestClient, home: Home, path: str, word: str) -> None:
+    answer = client.get(f"/api/profiles/{home.multi}/{path}")
+    if path.startswith("annotations"):
+        answer = client.get(f"/api/profiles/{home.h200}/{path}")
+    assert answer.status_code == 400
+    assert word in answer.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/profiles/0123456789abcdef",  # well formed, not in the catalog
+        "/api/profiles/13D6A1A68216D320",  # upper case is another id
+        "/api/profiles/13d6a1a68216d3200",
+        "/api/profiles/..%2F..%2Fetc",
+        "/api/profiles/..%2F..%2Fetc/dashboard",
+        "/api/profiles/%2e%2e%2f%2e%2e%2fcatalog.sqlite/filters",
+        "/api/nothing-here",
+    ],
+)
+def test_unknown_or_malformed_ids_answer_404(client: TestClient, path: str) -> None:
+    answer = client.get(path)
+    assert answer.status_code == 404
+    assert answer.headers["content-type"] == "application/json"
+    assert set(answer.json()) == {"detail"}
+
+
+def test_openapi_documents_every_endpoint(client: TestClient) -> None:
+    schema = client.get("/api/openapi.json").json()
+    assert set(schema["paths"]) == {
+        "/api/jobs",
+        "/api/jobs/{id_or_name}",
+        "/api/profiles/{profile_id}",
+        "/api/profiles/{profile_id}/filters",
+        "/api/profiles/{profile_id}/dashboard",
+        "/api/profiles/{profile_id}/annotations/{name}/histogram",
+    }
+    dashboard_answer = schema["paths"]["/api/profiles/{profile_id}/dashboard"]["get"]["responses"]
+    assert dashboard_answer["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DashboardOut")
+    assert {"400", "401", "404", "413", "504"} <= set(dashboard_answer)
+    assert {"DashboardOut", "JobListOut", "ProfileOut", "FiltersOut"} <= set(schema["components"]["schemas"])
+    assert client.get("/api/docs").status_code == 200

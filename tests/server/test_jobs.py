@@ -1,0 +1,113 @@
+"""The jobs list: search, status, creation time, sort, order and paging, all in SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from hyperscope import Store
+from hyperscope.server import create_app
+from hyperscope.store.catalog import JobStatus, ProfileRef
+
+#: (name, created_ns, status, ranks)
+JOBS = [
+    ("resnet-run-1", 100, JobStatus.COMPLETED, 8),
+    ("resnet-run-2", 200, JobStatus.FAILED, 8),
+    ("ResNet-Run-3", 300, JobStatus.IN_PROGRESS, 16),
+    ("llama_70b", 400, JobStatus.COMPLETED, 64),
+    ("llama%70b", 500, JobStatus.STOPPED, 2),
+    ("bert", 600, JobStatus.STOPPING, 1),
+]
+
+
+@pytest.fixture
+def jobs_client(tmp_path: Path) -> Iterator[TestClient]:
+    home = tmp_path / "home"
+    with Store(home) as store:
+        for n, (name, created, status, ranks) in enumerate(JOBS):
+            ref = ProfileRef(f"{n:016x}", 0, created, "import", 10 * ranks, ranks, 1000, "test")
+            store.catalog.add_profile(name, ref, status=status, nodes=[f"node-{n}"], created_ns=created)
+        # a second profile for one job: latest_profile is the newer one
+        ref = ProfileRef(f"{99:016x}", 0, 150, "import", 5, 8, 500, "test")
+        store.catalog.add_profile("resnet-run-1", ref, status=JobStatus.COMPLETED, nodes=[], created_ns=150)
+        for name, _, status, _ in JOBS:
+            store.catalog.set_status(name, status)
+    with TestClient(create_app(home, static_dir=tmp_path / "none")) as client:
+        yield client
+
+
+def names(client: TestClient, query: str = "") -> list[str]:
+    answer = client.get(f"/api/jobs?{query}")
+    assert answer.status_code == 200, answer.text
+    return [j["name"] for j in answer.json()["jobs"]]
+
+
+def test_newest_first_by_default(jobs_client: TestClient) -> None:
+    assert names(jobs_client) == [name for name, *_ in reversed(JOBS)]
+    first = jobs_client.get("/api/jobs?search=resnet-run-1").json()["jobs"][0]
+    assert first["profiles"] == 2 and first["latest_profile"] == f"{99:016x}"
+
+
+def test_search_is_a_case_insensitive_substring(jobs_client: TestClient) -> None:
+    assert names(jobs_client, "search=RESNET") == ["ResNet-Run-3", "resnet-run-2", "resnet-run-1"]
+    assert names(jobs_client, "search=run-") == ["ResNet-Run-3", "resnet-run-2", "resnet-run-1"]
+    # LIKE's wildcards are searched for as themselves
+    assert names(jobs_client, "search=%25") == ["llama%70b"]
+    assert names(jobs_client, "search=_") == ["llama_70b"]
+    assert names(jobs_client, "search=nothing") == []
+
+
+def test_status_filter_is_repeatable(jobs_client: TestClient) -> None:
+    assert names(jobs_client, "status=Failed") == ["resnet-run-2"]
+    both = names(jobs_client, "status=Completed&status=InProgress")
+    assert both == ["llama_70b", "ResNet-Run-3", "resnet-run-1"]
+    bad = jobs_client.get("/api/jobs?status=done")
+    assert bad.status_code == 400 and "status" in bad.json()["detail"]
+
+
+def test_created_window(jobs_client: TestClient) -> None:
+    assert names(jobs_client, "created_after_ns=300&created_before_ns=500") == ["llama_70b", "ResNet-Run-3"]
+    assert names(jobs_client, "created_after_ns=601") == []
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("sort=name&order=asc",  # any case
+         ["bert", "llama%70b", "llama_70b", "resnet-run-1", "resnet-run-2", "ResNet-Run-3"]),
+        ("sort=ranks", ["llama_70b", "ResNet-Run-3", "resnet-run-2", "resnet-run-1", "llama%70b", "bert"]),
+        ("sort=ranks&order=asc",  # ties by id, in the same order
+         ["bert", "llama%70b", "resnet-run-1", "resnet-run-2", "ResNet-Run-3", "llama_70b"]),
+        ("sort=created&order=asc", [name for name, *_ in JOBS]),
+        ("sort=status&order=asc&search=resnet", ["resnet-run-1", "resnet-run-2", "ResNet-Run-3"]),
+    ],
+)  # fmt: skip
+def test_sort_and_order(jobs_client: TestClient, query: str, expected: list[str]) -> None:
+    assert names(jobs_client, query) == expected
+
+
+def test_paging_keeps_the_total(jobs_client: TestClient) -> None:
+    pages = [jobs_client.get(f"/api/jobs?limit=4&offset={o}").json() for o in (0, 4, 8)]
+    assert [p["total"] for p in pages] == [6, 6, 6]
+    assert [len(p["jobs"]) for p in pages] == [4, 2, 0]
+    assert [j["name"] for p in pages for j in p["jobs"]] == names(jobs_client)
+    filtered = jobs_client.get("/api/jobs?search=resnet&limit=1").json()
+    assert filtered["total"] == 3 and len(filtered["jobs"]) == 1
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=1001", "offset=-1", "sort=size", "order=up", "created_after_ns=soon"]
+)
+def test_bad_list_parameters_answer_400(jobs_client: TestClient, query: str) -> None:
+    answer = jobs_client.get(f"/api/jobs?{query}")
+    assert answer.status_code == 400
+    assert query.split("=")[0] in answer.json()["detail"]
+
+
+def test_job_named_like_a_number_wins_over_that_number(jobs_client: TestClient, tmp_path: Path) -> None:
+    assert jobs_client.get("/api/jobs/1").json()["name"] == "resnet-run-1"
+    assert jobs_client.get("/api/jobs/bert").json()["profile_list"][0]["ranks"] == 1
+    assert jobs_client.get("/api/jobs/99999999999999999999999").status_code == 404

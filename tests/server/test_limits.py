@@ -1,0 +1,83 @@
+"""Query limits: a query over the time limit answers 504 and is stopped; a table over the row cap
+answers 413; either way the server goes on answering."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from hyperscope.schema.layout import profile_dir
+from hyperscope.server import create_app
+from hyperscope.server.limits import QueryLimits, QueryTimeout
+from hyperscope.store.profile import Profile
+from tests.server.conftest import Home
+
+
+def query_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("hyperscope-query-")]
+
+
+def test_time_limit_answers_504_and_the_server_goes_on(home: Home, tmp_path: Path) -> None:
+    app = create_app(home.path, query_timeout_s=0.001, static_dir=tmp_path)
+    with TestClient(app) as client:
+        slow = client.get(f"/api/profiles/{home.big}/dashboard")
+        assert slow.status_code == 504
+        assert "0.001 s query limit" in slow.json()["detail"] and "--query-timeout" in slow.json()["detail"]
+        # the next request is answered (the catalog needs no query)
+        assert client.get("/api/jobs").json()["total"] == 3
+        assert client.get(f"/api/profiles/{home.big}").status_code == 200
+        assert client.get(f"/api/profiles/{home.big}/filters").status_code == 504
+        # a failed answer is not cached as an answer
+        assert client.get(f"/api/profiles/{home.big}/dashboard").status_code == 504
+    for thread in query_threads():  # interrupted, they unwind instead of running to the end
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+
+
+def test_interrupted_query_stops_inside_duckdb(home: Home) -> None:
+    """The worker is interrupted, not left to finish: its error is DuckDB's interruption."""
+    profile = Profile.open(profile_dir(home.path, home.big))
+    seen: list[BaseException] = []
+    started = threading.Event()
+
+    def endless(con: object) -> int:
+        import duckdb
+
+        assert isinstance(con, duckdb.DuckDBPyConnection)
+        started.set()
+        try:  # a query that would run for hours
+            return int(con.execute("SELECT count(*) FROM range(10000000000) a, range(1000) b").fetchone()[0])  # type: ignore[index]
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    with pytest.raises(QueryTimeout):
+        QueryLimits(timeout_s=0.5).run(profile, endless, "endless")
+    for thread in query_threads():
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert started.is_set() and seen and "INTERRUPT" in type(seen[0]).__name__.upper()
+
+
+def test_row_cap_answers_413(home: Home, tmp_path: Path) -> None:
+    with TestClient(create_app(home.path, max_rows=40, static_dir=tmp_path)) as client:
+        big = client.get(f"/api/profiles/{home.multi}/dashboard?buckets=50")  # 50 buckets x 4 ranks
+        assert big.status_code == 413
+        assert "40" in big.json()["detail"] and "--max-rows" in big.json()["detail"]
+        small = client.get(f"/api/profiles/{home.multi}/dashboard?buckets=5&top_k=5")
+        assert small.status_code == 200
+        hist = client.get(f"/api/profiles/{home.h200}/annotations/forward/histogram?bins=41")
+        assert hist.status_code == 413
+        assert (
+            client.get(f"/api/profiles/{home.h200}/annotations/forward/histogram?bins=40").status_code == 200
+        )
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="query_timeout_s"):
+        QueryLimits(timeout_s=0)
+    with pytest.raises(ValueError, match="max_rows"):
+        QueryLimits(max_rows=0)

@@ -1,0 +1,92 @@
+"""The real ``hyperscope ui`` command, over HTTP, as a user starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hyperscope.server.serve import Address
+from tests.server.conftest import Home
+
+URL = re.compile(r"hyperscope UI on (http://\S+/)")
+TOKEN_URL = re.compile(r"open (http://\S+\?token=(\S+))")
+
+
+@contextmanager
+def running_ui(home: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
+    """Start ``hyperscope ui`` and yield its base URL and the lines it printed up to it."""
+    env = {**os.environ, "COLUMNS": "200"}
+    command = [sys.executable, "-m", "hyperscope", "ui", "--port", "0", "--no-browser", "--home", str(home)]
+    proc = subprocess.Popen(
+        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        lines: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if "Ctrl+C" in line:
+                break
+        found = next((URL.search(x) for x in lines if URL.search(x)), None)
+        assert found, f"no address printed: {lines} {proc.stderr.read() if proc.stderr else ''}"
+        yield found.group(1), lines
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """GET, retrying while the server finishes starting (it prints its address just before)."""
+    request = urllib.request.Request(url, headers=headers or {})
+    for attempt in range(100):
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return int(answer.status), answer.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except (ConnectionError, urllib.error.URLError):
+            if attempt == 99:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
+
+
+def test_ui_serves_the_api_over_http(home: Home) -> None:
+    with running_ui(home.path) as (base, lines):
+        assert base.startswith("http://127.0.0.1:") and not base.endswith(":0/")
+        assert not any("token" in line for line in lines)  # loopback: no token
+        status, body = fetch(base + "api/jobs?search=h200")
+        assert status == 200
+        assert [j["name"] for j in json.loads(body)["jobs"]] == ["h200-transformer"]
+        status, body = fetch(base + f"api/profiles/{home.h200}/filters")
+        assert status == 200 and json.loads(body)["steps"] == {"min": 0, "max": 39}
+
+
+def test_ui_beyond_loopback_prints_a_token_and_needs_it(home: Home) -> None:
+    with running_ui(home.path, "--host", "0.0.0.0") as (base, lines):
+        found = next((TOKEN_URL.search(x) for x in lines if TOKEN_URL.search(x)), None)
+        assert found, lines
+        token = found.group(2)
+        assert fetch(base + "api/jobs")[0] == 401
+        status, body = fetch(base + "api/jobs", {"Authorization": f"Bearer {token}"})
+        assert status == 200 and json.loads(body)["total"] == 3
+
+
+def test_addresses() -> None:
+    assert Address("0.0.0.0", 8321, None).base_url == "http://127.0.0.1:8321/"
+    assert Address("::1", 80, "t").open_url == "http://[::1]:80/?token=t"
+    assert Address("10.1.2.3", 9, "t").open_url == "http://10.1.2.3:9/?token=t"
