@@ -49,3 +49,7 @@ class JobNotFound(HyperscopeError):
 
 class UsageError(HyperscopeError):
     """Arguments that contradict each other or the store's state."""
+
+
+class CheckpointError(HyperscopeError):
+    """A checkpoint that cannot be written or read; the message names its directory and the file."""
