@@ -1,0 +1,142 @@
+"""How long a local cluster takes to come up and to go away, and what it costs while it idles.
+
+For 2, 4 and 8 workers (plus a controller and a login node, no spares, the example's lifecycle
+script on every node): the wall time of ``create`` (it returns once slurmctld reports every worker
+idle, which is checked again here) and of ``delete`` (it returns once every daemon it started, and
+their slurmstepds and tasks, has exited and the folders are gone, which is checked again here).
+Then, on an idle cluster of each size: the memory of our daemons (munged, slurmctld and its
+slurmscriptd, the slurmds) as the sum of PSS and of RSS, and their CPU time over 30 s as a
+percentage of one core. There is no incumbent: HyperPod's create-cluster provisions instances
+(minutes), which a local cluster does not.
+
+Needs root with Debian's slurm-wlm and munge (as the cluster tests do); says so and exits 0 without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+from _common import MIB, REPO_ROOT, print_table, write_results
+
+from hyperscope.cluster import manage
+from hyperscope.cluster.local import missing_requirements
+from hyperscope.cluster.slurm import Slurm
+from hyperscope.cluster.state import ClusterState, alive
+
+LIFECYCLE = REPO_ROOT / "examples" / "lifecycle"
+
+
+def _spec(work: Path, workers: int) -> Path:
+    doc = {
+        "name": f"bench{workers}",
+        "provider": "local",
+        "lifecycle_scripts": str(LIFECYCLE),
+        "shared_dir": str(work / "shared"),
+        "instance_groups": [
+            {"name": "controller", "role": "controller", "count": 1},
+            {"name": "login", "role": "login", "count": 1},
+            {"name": "workers", "role": "worker", "count": workers, "gpus_per_node": 2},
+        ],
+    }
+    path = work / f"bench{workers}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _daemons(state: ClusterState) -> list[psutil.Process]:
+    """Our daemons and their children (slurmctld forks slurmscriptd)."""
+    procs: list[psutil.Process] = []
+    for p in state.procs:
+        try:
+            top = psutil.Process(p.pid)
+            procs += [top, *top.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return procs
+
+
+def _idle_cost(state: ClusterState, seconds: float) -> tuple[float, float, float]:
+    """(PSS MiB, RSS MiB, CPU % of one core over ``seconds``) of an idle cluster's daemons."""
+    procs = _daemons(state)
+    pss = sum(p.memory_full_info().pss for p in procs) / MIB
+    rss = sum(p.memory_info().rss for p in procs) / MIB
+
+    def cpu() -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+    before, t0 = cpu(), time.monotonic()
+    time.sleep(seconds)
+    return pss, rss, 100 * (cpu() - before) / (time.monotonic() - t0)
+
+
+def _create(work: Path, workers: int, home: Path) -> tuple[float, ClusterState]:
+    spec = _spec(work, workers)
+    t0 = time.perf_counter()
+    state = manage.create(spec, home)
+    up = time.perf_counter() - t0
+    nodes = Slurm(Path(state.slurm_conf)).nodes()
+    assert len(nodes) == workers and all(n.state == "IDLE" for n in nodes), nodes
+    return up, state
+
+
+def _delete(state: ClusterState, home: Path) -> float:
+    t0 = time.perf_counter()
+    manage.delete(state.name, home)
+    down = time.perf_counter() - t0
+    assert not any(alive(p) for p in state.procs), "a daemon outlived delete"
+    assert not Path(state.dir).exists() and not Path(state.run_dir).exists(), "delete left folders"
+    return down
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--rounds", type=int, default=3, help="create/delete cycles per size (median shown)")
+    ap.add_argument("--idle-s", type=float, default=30.0, help="CPU is measured over this long")
+    args = ap.parse_args()
+    why = missing_requirements()
+    if why:
+        print(f"cluster_lifecycle: skipped: {why}")
+        return 0
+    rows, results = [], []
+    with tempfile.TemporaryDirectory(prefix="hs-bench-") as tmp:
+        work = Path(tmp)
+        home = work / "home"
+        for n in args.workers:
+            ups, downs = [], []
+            for r in range(args.rounds):
+                up, state = _create(work, n, home)
+                ups.append(up)
+                if r == args.rounds - 1:  # the last cluster of this size idles for the cost figures
+                    pss, rss, cpu = _idle_cost(state, args.idle_s)
+                    daemons = len(_daemons(state))
+                downs.append(_delete(state, home))
+            row = dict(
+                workers=n, daemons=daemons,
+                create_s=statistics.median(ups), delete_s=statistics.median(downs),
+                create_max_s=max(ups), delete_max_s=max(downs), idle_pss_mib=pss, idle_rss_mib=rss,
+                idle_cpu_pct=cpu,
+            )  # fmt: skip
+            results.append(row)
+            rows.append([n, daemons, row["create_s"], row["create_max_s"], row["delete_s"],
+                         row["delete_max_s"], pss, rss, cpu])  # fmt: skip
+            print(f"  {n} workers done", file=sys.stderr)
+    print(f"\nlocal cluster lifecycle (median of {args.rounds}; idle cost over {args.idle_s:g} s)")
+    print_table(
+        ["workers", "processes", "create s", "(max)", "delete s", "(max)", "idle PSS MiB", "idle RSS MiB",
+         "idle CPU %"],
+        rows,
+    )  # fmt: skip
+    write_results("cluster_lifecycle", {"rounds": args.rounds, "idle_s": args.idle_s, "sizes": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
