@@ -27,6 +27,7 @@ from rich.text import Text
 from hyperscope import __version__
 from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cli.cluster import cluster_app, submit
+from hyperscope.cli.health import health_command
 from hyperscope.cli.profile import profile as profile_command
 from hyperscope.cli.report import report as report_command
 from hyperscope.cli.ui import ui as ui_command
@@ -361,6 +362,7 @@ def _demo_sample(home: Path, job: str, ranks: int, steps: int) -> ImportReport:
 app.command("profile")(profile_command)
 app.command("report")(report_command)
 app.command("ui")(ui_command)
+app.command("health")(health_command)
 app.add_typer(cluster_app, name="cluster")
 app.command("submit")(submit)
 

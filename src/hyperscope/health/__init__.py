@@ -1,0 +1,58 @@
+"""Node health: checks that answer pass / warn / fail with a reason and a remedy, run by
+``hyperscope health``, by Slurm as its ``HealthCheckProgram`` and by the agent."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import subprocess
+
+from hyperscope.health import checks, sources
+from hyperscope.health.checks import HealthConfig
+from hyperscope.health.model import Action, CheckResult, HealthReport, Status
+
+__all__ = ["Action", "CheckResult", "HealthConfig", "HealthReport", "Status", "drain", "node_name", "run"]
+
+
+def node_name() -> str:
+    """Slurm's name for this node (several local slurmds share one hostname), else the hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def run(config: HealthConfig | None = None, *, node: str | None = None) -> HealthReport:
+    config = config or HealthConfig()
+    if not config.faults:
+        config = dataclasses.replace(config, faults=sources.load_faults())
+    results: list[CheckResult] = []
+    for check in (
+        checks.gpu_checks,
+        checks.dcgm_check,
+        checks.disk_checks,
+        checks.shared_check,
+        checks.memory_check,
+        checks.user_checks,
+        checks.injected_failures,
+    ):
+        try:
+            results.extend(check(config))
+        except Exception as exc:  # a broken check is itself a finding, never a crash
+            results.append(
+                CheckResult(
+                    check.__name__.removesuffix("_check").removesuffix("_checks"),
+                    Status.WARN,
+                    f"the check could not run: {exc}",
+                )
+            )
+    return HealthReport(node or node_name(), results)
+
+
+def drain(report: HealthReport, *, scontrol: str = "scontrol") -> str | None:
+    """Drain this node in Slurm with the first failure as the reason; the command run, or None."""
+    if report.status is not Status.FAIL:
+        return None
+    argv = [scontrol, "update", f"nodename={report.node}", "state=drain", f"reason={report.drain_reason()}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])} failed: {done.stderr.strip() or done.returncode}")
+    return " ".join(argv)

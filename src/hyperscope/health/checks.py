@@ -1,0 +1,239 @@
+"""The checks: each reads its source (through ``sources``) and answers pass / warn / fail with a
+reason and a remedy. Thresholds follow what HyperPod's and NVIDIA's own health checks act on:
+uncorrectable ECC errors or a failed row remap mean the GPU should be replaced; pending page
+retirement or row remapping is fixed by a reboot (the driver applies them at load)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hyperscope.health import sources
+from hyperscope.health.model import Action, CheckResult, Status
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    expect_gpus: int | None = None  # None: whatever NVML finds (no GPU is fine)
+    paths: tuple[Path, ...] = ()  # spool, tmp, checkpoint directories: free space and writable
+    min_free_bytes: int = 1 * GIB
+    shared: Path | None = None  # the cluster's shared directory: present and writable
+    checks_dir: Path | None = None  # the user's own checks: executables
+    user_check_timeout_s: float = 60.0
+    min_memory_available_pct: float = 5.0
+    dcgm: bool = True  # run `dcgmi diag -r 1` when dcgmi is installed
+    faults: dict[str, Any] = field(default_factory=dict)
+
+
+def gpu_checks(config: HealthConfig) -> list[CheckResult]:
+    readings, why = sources.read_gpus(config.faults)
+    if readings is None:
+        if config.expect_gpus:
+            return [
+                CheckResult("gpu", Status.FAIL, f"{config.expect_gpus} GPUs expected: {why}", Action.REPLACE)
+            ]
+        return [CheckResult("gpu", Status.PASS, f"no GPU to check ({why})")]
+    out = []
+    if config.expect_gpus is not None and len(readings) != config.expect_gpus:
+        out.append(
+            CheckResult(
+                "gpu.count",
+                Status.FAIL,
+                f"{len(readings)} GPUs visible, {config.expect_gpus} expected",
+                Action.REPLACE,
+            )
+        )
+    for gpu in readings:
+        out.extend(_one_gpu(gpu))
+    if not out or all(r.status is Status.PASS for r in out):
+        names = sorted({g.name for g in readings if g.name})
+        out.append(
+            CheckResult(
+                "gpu", Status.PASS, f"{len(readings)} GPU(s) healthy {names if names else ''}".strip()
+            )
+        )
+    return out
+
+
+def _one_gpu(gpu: sources.GpuReading) -> list[CheckResult]:
+    tag = f"gpu{gpu.index}"
+    out = []
+    if gpu.ecc_uncorrectable > 0:
+        out.append(
+            CheckResult(
+                f"{tag}.ecc",
+                Status.FAIL,
+                f"{gpu.ecc_uncorrectable} uncorrectable ECC error(s)",
+                Action.REPLACE,
+            )
+        )
+    if gpu.remap_failure:
+        out.append(CheckResult(f"{tag}.remap", Status.FAIL, "row remapping failed", Action.REPLACE))
+    elif gpu.remapped_rows_pending or gpu.retired_pages_pending:
+        out.append(
+            CheckResult(
+                f"{tag}.retire",
+                Status.WARN,
+                "memory rows/pages pending retirement: reboot to apply",
+                Action.REBOOT,
+            )
+        )
+    if gpu.xid_errors:
+        fatal = [x for x in gpu.xid_errors if x in _FATAL_XIDS]
+        out.append(
+            CheckResult(
+                f"{tag}.xid",
+                Status.FAIL if fatal else Status.WARN,
+                f"XID error(s) {sorted(set(gpu.xid_errors))}",
+                Action.REPLACE if fatal else Action.REBOOT,
+            )
+        )
+    if gpu.throttle:
+        out.append(CheckResult(f"{tag}.throttle", Status.WARN, ", ".join(gpu.throttle)))
+    if (
+        gpu.temperature_c is not None
+        and gpu.slowdown_temperature_c
+        and (gpu.temperature_c >= gpu.slowdown_temperature_c)
+    ):
+        out.append(
+            CheckResult(
+                f"{tag}.temperature",
+                Status.WARN,
+                f"{gpu.temperature_c} °C, slowdown at {gpu.slowdown_temperature_c} °C",
+            )
+        )
+    return out
+
+
+#: XIDs NVIDIA documents as needing the GPU (or node) taken out: double-bit ECC (48), fallen off
+#: the bus (79), uncontained ECC (94, 95), row-remap failure (64), GSP errors (119, 120).
+_FATAL_XIDS = frozenset({48, 64, 74, 79, 94, 95, 119, 120})
+
+
+def disk_checks(config: HealthConfig) -> list[CheckResult]:
+    out = []
+    for path in config.paths:
+        name = f"disk:{path}"
+        if not path.is_dir():
+            out.append(CheckResult(name, Status.FAIL, "missing (expected a directory)", Action.REPLACE))
+            continue
+        free = sources.disk_free_bytes(path, config.faults)
+        if free < config.min_free_bytes:
+            out.append(
+                CheckResult(
+                    name,
+                    Status.FAIL,
+                    f"{free / GIB:.2f} GiB free, at least {config.min_free_bytes / GIB:.2f} GiB needed",
+                    Action.REPLACE,
+                )
+            )
+            continue
+        problem = _write_probe(path)
+        out.append(
+            CheckResult(name, Status.FAIL, problem, Action.REBOOT)
+            if problem
+            else CheckResult(name, Status.PASS, f"{free / GIB:,.1f} GiB free, writable")
+        )
+    return out
+
+
+def _write_probe(path: Path) -> str:
+    probe = path / f".hyperscope-health-{uuid.uuid4().hex}"
+    try:
+        with probe.open("wb") as fh:
+            fh.write(b"ok")
+            fh.flush()
+            os.fsync(fh.fileno())
+        probe.unlink()
+    except OSError as exc:
+        return f"not writable: {exc.strerror or exc}"
+    return ""
+
+
+def shared_check(config: HealthConfig) -> list[CheckResult]:
+    if config.shared is None:
+        return []
+    if not config.shared.is_dir():
+        return [
+            CheckResult("shared", Status.FAIL, f"{config.shared} is not there (unmounted?)", Action.REBOOT)
+        ]
+    problem = _write_probe(config.shared)
+    if problem:
+        return [CheckResult("shared", Status.FAIL, f"{config.shared}: {problem}", Action.REBOOT)]
+    return [CheckResult("shared", Status.PASS, f"{config.shared} present and writable")]
+
+
+def memory_check(config: HealthConfig) -> list[CheckResult]:
+    pct = sources.memory_available_pct(config.faults)
+    if pct < config.min_memory_available_pct:
+        return [
+            CheckResult(
+                "memory",
+                Status.WARN,
+                f"{pct:.1f}% of memory available, under {config.min_memory_available_pct:.0f}%",
+                Action.REBOOT,
+            )
+        ]
+    return [CheckResult("memory", Status.PASS, f"{pct:.0f}% available")]
+
+
+def dcgm_check(config: HealthConfig) -> list[CheckResult]:
+    dcgmi = shutil.which("dcgmi")
+    if not config.dcgm or dcgmi is None:
+        return []
+    done = subprocess.run([dcgmi, "diag", "-r", "1"], capture_output=True, text=True, timeout=300)
+    failed = [line.strip() for line in done.stdout.splitlines() if "Fail" in line]
+    if done.returncode != 0 or failed:
+        detail = failed[0] if failed else (done.stderr.strip() or f"exit {done.returncode}")[:160]
+        return [CheckResult("dcgm", Status.FAIL, f"dcgmi diag -r 1: {detail}", Action.REPLACE)]
+    return [CheckResult("dcgm", Status.PASS, "dcgmi diag -r 1 passed")]
+
+
+def user_checks(config: HealthConfig) -> list[CheckResult]:
+    """Each executable in ``checks_dir``: exit 0 pass, 1 warn, other fail; its first output line is
+    the reason; a last line ``action: reboot|replace`` picks the remedy."""
+    if config.checks_dir is None or not config.checks_dir.is_dir():
+        return []
+    out = []
+    for exe in sorted(_executables(config.checks_dir)):
+        name = f"user:{exe.name}"
+        try:
+            done = subprocess.run(
+                [str(exe)], capture_output=True, text=True, timeout=config.user_check_timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            out.append(
+                CheckResult(
+                    name, Status.FAIL, f"no answer in {config.user_check_timeout_s:g} s", Action.REBOOT
+                )
+            )
+            continue
+        lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+        action = Action.NONE
+        if lines and lines[-1].lower().startswith("action:"):
+            action = Action(lines.pop().split(":", 1)[1].strip().lower())
+        reason = lines[0] if lines else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[0]
+        status = Status.PASS if done.returncode == 0 else Status.WARN if done.returncode == 1 else Status.FAIL
+        if status is Status.FAIL and action is Action.NONE:
+            action = Action.REPLACE
+        out.append(CheckResult(name, status, reason[:160], action))
+    return out
+
+
+def _executables(folder: Path) -> Iterable[Path]:
+    return (p for p in folder.iterdir() if p.is_file() and os.access(p, os.X_OK))
+
+
+def injected_failures(config: HealthConfig) -> list[CheckResult]:
+    return [
+        CheckResult(str(name), Status.FAIL, f"{reason} (injected)", Action.REPLACE)
+        for name, reason in config.faults.get("fail", {}).items()
+    ]
