@@ -301,3 +301,22 @@ def test_empty_states(page: Any, tmp_path: Path) -> None:
         assert option(page, "cpu_time") is not None  # the CPU side still draws
         assert page.is_disabled("#add-chart")  # no annotations to offer
         screenshot(page, "dashboard-empty-gpu")
+
+
+def test_dashboard_link_loads_its_profile(page: Any, synth: Served) -> None:
+    page.goto(f"{synth.url}/#/dashboard/{synth.profile_id}")
+    wait_dashboard(page)
+    page.wait_for_function(
+        "(job) => document.querySelector('#loaded-bar').innerText.includes(job)",
+        arg=synth.job,
+        timeout=TIMEOUT_MS,
+    )
+    check_charts(page, synth.expected)
+
+    unknown = "0123456789abcdef"
+    status, body = api(synth.url, f"/api/profiles/{unknown}")
+    assert status == 404
+    page.goto(f"{synth.url}/#/dashboard/{unknown}")
+    page.wait_for_selector("#error:not([hidden])", timeout=TIMEOUT_MS)
+    assert f"Error 404: {body['detail']}" in page.inner_text("#error")
+    page.wait_for_selector("#loaded-bar[data-loaded=false]", timeout=TIMEOUT_MS)

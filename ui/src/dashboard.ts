@@ -167,17 +167,20 @@ export function dashboardPage(): DashboardPage {
     body.hidden = false;
     root.dataset.state = "loading";
     hooks.state = "loading";
-    try {
-      const f = await getFilters(l.profileId);
-      if (mine !== generation) return;
-      filters = f;
-    } catch (err) {
-      if (mine !== generation) return;
-      failed(err);
-      return;
-    }
+    // The filter bar's choices and the dashboard itself are fetched at once: the first render
+    // needs only the default scope.
     fillFilters();
-    await refresh();
+    const filtersReady = getFilters(l.profileId).then(
+      (f) => {
+        if (mine !== generation) return;
+        filters = f;
+        fillFilters();
+      },
+      (err: unknown) => {
+        if (mine === generation) showError(err);
+      },
+    );
+    await Promise.all([refresh(), filtersReady]);
   }
 
   function failed(err: unknown): void {

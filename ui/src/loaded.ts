@@ -28,8 +28,7 @@ export function loaded(): Loaded | null {
 }
 
 export function setLoaded(next: Loaded | null): void {
-  const changed =
-    (current?.profileId ?? null) !== (next?.profileId ?? null) || current?.status !== next?.status;
+  const changed = JSON.stringify(current) !== JSON.stringify(next);
   current = next;
   try {
     if (next) localStorage.setItem(KEY, JSON.stringify(next));

@@ -47,12 +47,17 @@ async function route_(): Promise<void> {
   const route = (parts[0] && parts[0] in pages ? parts[0] : "jobs") as Route;
   const deepLink = parts[1];
   if (route !== "jobs" && deepLink && /^[0-9a-f]{16}$/.test(deepLink) && loaded()?.profileId !== deepLink) {
-    try {
-      const p = await getProfile(deepLink);
-      setLoaded({ profileId: p.id, jobId: p.job_id, jobName: p.job, status: p.status });
-    } catch (err) {
-      showError(err);
-    }
+    // Load at once (the dashboard starts querying), then name it from the profile's info.
+    setLoaded({ profileId: deepLink, jobId: -1, jobName: deepLink, status: "Completed" });
+    getProfile(deepLink).then(
+      (p) => {
+        if (loaded()?.profileId === p.id) setLoaded({ profileId: p.id, jobId: p.job_id, jobName: p.job, status: p.status });
+      },
+      (err: unknown) => {
+        showError(err);
+        if (loaded()?.profileId === deepLink) setLoaded(null);
+      },
+    );
   }
   for (const [name, page] of Object.entries(pages) as [Route, (typeof pages)[Route]][]) {
     const on = name === route;
