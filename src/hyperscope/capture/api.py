@@ -19,6 +19,7 @@ from typing import ParamSpec, TypeVar
 
 from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.session import Session
+from hyperscope.recovery import heartbeat
 from hyperscope.store.catalog import RankStatus
 
 log = logging.getLogger("hyperscope.capture")
@@ -84,6 +85,8 @@ def is_profiling() -> bool:
 def step() -> None:
     """Mark the end of a training step (and the start of the next one)."""
     global _manual_steps
+    if heartbeat._default is not None:  # progress for the agent's hang detection
+        heartbeat._default.beat()
     if not _manual_steps:
         _manual_steps = True
         if _auto_steps:
@@ -102,6 +105,8 @@ def step() -> None:
 def optimizer_step() -> None:
     """A step seen by the launcher's optimizer hook; ignored once the script marks its own steps."""
     global _auto_steps
+    if heartbeat._default is not None and not _manual_steps:
+        heartbeat._default.beat()
     session = _session
     if _manual_steps or session is None or session.finished:
         return

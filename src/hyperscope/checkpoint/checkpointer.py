@@ -24,6 +24,7 @@ from typing import Any
 from hyperscope.checkpoint import _layout
 from hyperscope.checkpoint._snapshot import host_copy
 from hyperscope.errors import CheckpointError, UsageError
+from hyperscope.recovery import heartbeat
 
 log = logging.getLogger("hyperscope.checkpoint")
 
@@ -80,6 +81,7 @@ class Checkpointer:
         """
         if step < 0:
             raise UsageError(f"step={step}: expected a non-negative training step")
+        heartbeat.beat(force=True)  # a long save is progress too: the agent must not call it a hang
         rank, world = _world()
         if world > 1:
             done: Future[Path] = Future()

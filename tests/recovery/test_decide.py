@@ -1,0 +1,83 @@
+"""Recovery decisions as data: every rule of recovery/decide.py on small, explicit situations."""
+
+from __future__ import annotations
+
+from hyperscope.health.model import Action as Remedy
+from hyperscope.health.model import CheckResult, HealthReport, Status
+from hyperscope.recovery.decide import Action, JobView, Kind, NodeView, Policy, decide_jobs, decide_nodes
+
+
+def _failing(
+    node: str, remedy: Remedy, check: str = "gpu0.ecc", reason: str = "2 uncorrectable ECC error(s)"
+) -> HealthReport:
+    return HealthReport(node, [CheckResult(check, Status.FAIL, reason, remedy)])
+
+
+def test_healthy_nodes_and_warnings_need_nothing() -> None:
+    nodes = [NodeView("w1", "workers", "IDLE"), NodeView("w2", "workers", "ALLOCATED")]
+    warn = HealthReport("w2", [CheckResult("memory", Status.WARN, "3% available", Remedy.REBOOT)])
+    assert decide_nodes(nodes, {"w2": warn}) == []
+
+
+def test_operator_marks_win() -> None:
+    nodes = [
+        NodeView("w1", "workers", "IDLE", ("DRAIN",), reason="Action:Replace"),
+        NodeView("w2", "workers", "IDLE", ("DRAIN",), reason="action:reboot please"),
+    ]
+    actions = decide_nodes(nodes, {"w1": HealthReport("w1", [])})
+    assert actions == [
+        Action(Kind.REPLACE, ("w1",), "operator marked it: Action:Replace"),
+        Action(Kind.REBOOT, ("w2",), "operator marked it: action:reboot please"),
+    ]
+
+
+def test_a_silent_node_is_replaced_by_an_idle_spare_of_its_group() -> None:
+    nodes = [
+        NodeView("w1", "workers", "DOWN", ("NOT_RESPONDING",)),
+        NodeView("g1", "gpu", "IDLE", ("NOT_RESPONDING",)),
+        NodeView("s1", "workers", "IDLE", spare=True),
+        NodeView("s2", "other", "IDLE", spare=True),
+    ]
+    actions = decide_nodes(nodes, {})
+    assert actions[0] == Action(Kind.REPLACE, ("w1", "s1"), "not responding (Slurm: down+not_responding)")
+    assert actions[1].nodes == ("g1",)  # no spare in its group: re-created under its own name
+    assert str(actions[0]) == "replace w1 -> s1: not responding (Slurm: down+not_responding)"
+
+
+def test_a_spare_that_is_itself_sick_is_not_used() -> None:
+    nodes = [NodeView("w1", "workers", "DOWN"), NodeView("s1", "workers", "IDLE", spare=True)]
+    actions = decide_nodes(nodes, {"s1": _failing("s1", Remedy.REPLACE)})
+    assert actions == [Action(Kind.REPLACE, ("w1",), "not responding (Slurm: down)")]
+
+
+def test_health_failures_follow_their_remedy_and_reboots_are_not_repeated_forever() -> None:
+    reboot = _failing("w1", Remedy.REBOOT, "gpu0.retire", "pending retirement")
+    first = decide_nodes([NodeView("w1", "workers", "IDLE")], {"w1": reboot})
+    assert first == [Action(Kind.REBOOT, ("w1",), "hyperscope: gpu0.retire: pending retirement")]
+    again = decide_nodes(
+        [NodeView("w1", "workers", "IDLE", reboots=1)], {"w1": reboot}, Policy(max_reboots=1)
+    )
+    assert again[0].kind is Kind.REPLACE and again[0].reason.endswith("(still failing after 1 reboot(s))")
+    replace = decide_nodes([NodeView("w2", "workers", "MIXED")], {"w2": _failing("w2", Remedy.REPLACE)})
+    assert replace == [Action(Kind.REPLACE, ("w2",), "hyperscope: gpu0.ecc: 2 uncorrectable ECC error(s)")]
+
+
+def test_a_node_its_health_check_drained_is_replaced() -> None:
+    node = NodeView("w3", "workers", "IDLE", ("DRAIN",), reason="hyperscope: disk:/tmp: not writable")
+    assert decide_nodes([node], {}) == [
+        Action(Kind.REPLACE, ("w3",), "drained by its health check: hyperscope: disk:/tmp: not writable")
+    ]
+
+
+def test_hung_jobs_are_requeued_then_stopped_after_the_last_attempt() -> None:
+    policy = Policy(hang_timeout_s=60, max_attempts=2)
+    jobs = [
+        JobView("11", ("w1", "w2"), silent_s=5, attempts=0),
+        JobView("12", ("w1",), silent_s=None, attempts=0),  # has not reached its first step yet
+        JobView("13", ("w2",), silent_s=61, attempts=1),
+        JobView("14", ("w3",), silent_s=600, attempts=2),
+    ]
+    actions = decide_jobs(jobs, policy)
+    assert [(a.kind, a.job) for a in actions] == [(Kind.REQUEUE, "13"), (Kind.STOP, "14")]
+    assert actions[0].reason == "no progress for 61 s (hang timeout 60 s); attempt 2 of 2"
+    assert actions[1].reason.endswith("2 attempts made, at most 2: stopped")
