@@ -221,3 +221,11 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
     assert {"400", "401", "404", "413", "504"} <= set(dashboard_answer)
     assert {"DashboardOut", "JobListOut", "ProfileOut", "FiltersOut"} <= set(schema["components"]["schemas"])
     assert client.get("/api/docs").status_code == 200
+
+
+def test_large_answers_are_compressed(client: TestClient, home: Home) -> None:
+    answer = client.get(f"/api/profiles/{home.multi}/dashboard", headers={"Accept-Encoding": "gzip"})
+    assert answer.headers["content-encoding"] == "gzip"
+    assert set(answer.json()["tables"]) == DASHBOARD_TABLES  # decoded by the client
+    small = client.get("/api/jobs?limit=1", headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in small.headers

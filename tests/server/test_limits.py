@@ -81,3 +81,46 @@ def test_limits_must_be_positive() -> None:
         QueryLimits(timeout_s=0)
     with pytest.raises(ValueError, match="max_rows"):
         QueryLimits(max_rows=0)
+
+
+def test_busy_slots_count_in_the_time_limit(home: Home) -> None:
+    profile = Profile.open(profile_dir(home.path, home.big))
+    limits = QueryLimits(timeout_s=0.5, concurrent=1)
+    release = threading.Event()
+    holding = threading.Event()
+
+    def hold(con: object) -> int:
+        holding.set()
+        release.wait(60)
+        return 1
+
+    def holder() -> None:
+        # its request times out too, but its worker keeps the slot until it has really stopped
+        with pytest.raises(QueryTimeout):
+            limits.run(profile, hold, "holder")
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert holding.wait(60)
+    try:
+        with pytest.raises(QueryTimeout, match="analysis slots"):
+            limits.run(profile, lambda con: 2, "second")
+    finally:
+        release.set()
+        first.join(60)
+    assert limits.run(profile, lambda con: 3, "third") == 3  # the slot was given back
+
+
+def test_one_computation_per_scope_at_a_time(home: Home, tmp_path: Path) -> None:
+    """Two requests for the same scope at once: one computes, the other gets its answer."""
+    app = create_app(home.path, static_dir=tmp_path)
+    url = f"/api/profiles/{home.big}/dashboard?rank=2"
+    with TestClient(app) as client:
+        answers: list[dict[str, object]] = []
+        threads = [threading.Thread(target=lambda: answers.append(client.get(url).json())) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert sorted(a["cached"] for a in answers) == [False, True, True]  # type: ignore[type-var]
+    assert answers[0]["tables"] == answers[1]["tables"] == answers[2]["tables"]

@@ -16,6 +16,7 @@ import duckdb
 import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from hyperscope import __version__
@@ -103,6 +104,8 @@ def create_app(
     app.state.home = home
     app.state.cache = cache
     _install_errors(app)
+    # A dashboard is ~100 KB of JSON, a tenth of that compressed: it matters beyond loopback.
+    app.add_middleware(GZipMiddleware, minimum_size=4096)
     auth.install(app, token)
 
     def open_profile(profile_id: str) -> tuple[ProfileHit, Profile]:

@@ -61,6 +61,8 @@ class ProfileCache:
         self.home = home
         self._profiles: Lru[str, Profile] = Lru(profiles)
         self._answers: Lru[tuple[Hashable, ...], object] = Lru(answers)
+        self._flights: dict[tuple[Hashable, ...], threading.Lock] = {}
+        self._lock = threading.Lock()
 
     def profile(self, profile_id: str, status: JobStatus) -> Profile:
         """The profile, opened once while its job is finished, re-read each time while in progress.
@@ -81,11 +83,22 @@ class ProfileCache:
         self, key: tuple[Hashable, ...], status: JobStatus, compute: Callable[[], V]
     ) -> tuple[V, bool]:
         """``compute()``'s value for ``key`` (its first item the profile id) and whether it was cached."""
-        if cacheable(status):
-            found = self._answers.get(key)
-            if found is not None:
-                return found, True  # type: ignore[return-value]  # stored by this method with V
-        value = compute()
-        if cacheable(status):
-            self._answers.put(key, value)
-        return value, False
+        if not cacheable(status):
+            return compute(), False
+        found = self._answers.get(key)
+        if found is None:
+            # One computation per key at a time: a second request for the same scope (a reload, a
+            # double click) waits for the first's answer instead of taking a second analysis slot.
+            with self._lock:
+                flight = self._flights.setdefault(key, threading.Lock())
+            try:
+                with flight:
+                    found = self._answers.get(key)
+                    if found is None:
+                        value = compute()
+                        self._answers.put(key, value)
+                        return value, False
+            finally:
+                with self._lock:
+                    self._flights.pop(key, None)
+        return found, True  # type: ignore[return-value]  # stored by this method with V

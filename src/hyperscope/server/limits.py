@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
@@ -49,26 +50,48 @@ class _Slot(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class QueryLimits:
+    """The server's limits on analyses: time, rows, and how many run at once.
+
+    Each analysis may take DuckDB's memory limit (1 GB below 20M events) and every core, so a
+    burst of requests (a user clicking through filters, several users) queues for one of
+    ``concurrent`` slots instead of multiplying the memory; the wait counts in the time limit.
+    """
+
     timeout_s: float = 30.0
     max_rows: int = 100_000
+    concurrent: int = 2
+    _slots: threading.BoundedSemaphore = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"query_timeout_s {self.timeout_s}: expected a positive number of seconds")
         if self.max_rows < 1:
             raise ValueError(f"max_rows {self.max_rows}: expected a positive number of rows")
+        if self.concurrent < 1:
+            raise ValueError(f"concurrent {self.concurrent}: expected at least 1")
+        object.__setattr__(self, "_slots", threading.BoundedSemaphore(self.concurrent))
 
     def run(self, profile: Profile, work: Callable[[duckdb.DuckDBPyConnection], T], what: str) -> T:
         """``work(con)`` on a fresh connection over ``profile``, within ``timeout_s``.
 
         Raises :class:`QueryTimeout` (after interrupting DuckDB) or whatever ``work`` raised.
         """
+        started = time.monotonic()
+        if not self._slots.acquire(timeout=self.timeout_s):
+            raise QueryTimeout(
+                f"{what} waited {self.timeout_s:g} s for one of the server's {self.concurrent} analysis "
+                "slots, all busy with other requests; retry, or start the server with a larger "
+                "--query-timeout"
+            )
         slot: _Slot[T] = _Slot()
         worker = threading.Thread(
-            target=_work, args=(slot, profile, work), name=f"hyperscope-query-{what}", daemon=True
+            target=_work,
+            args=(slot, profile, work, self._slots),
+            name=f"hyperscope-query-{what}",
+            daemon=True,
         )
         worker.start()
-        if not slot.done.wait(self.timeout_s):
+        if not slot.done.wait(max(0.0, self.timeout_s - (time.monotonic() - started))):
             with slot.lock:
                 slot.cancelled = True
             threading.Thread(
@@ -106,7 +129,12 @@ def _interrupt(slot: _Slot[Any]) -> None:
         slot.done.wait(INTERRUPT_EVERY_S)
 
 
-def _work(slot: _Slot[T], profile: Profile, work: Callable[[duckdb.DuckDBPyConnection], T]) -> None:
+def _work(
+    slot: _Slot[T],
+    profile: Profile,
+    work: Callable[[duckdb.DuckDBPyConnection], T],
+    slots: threading.BoundedSemaphore,
+) -> None:
     try:
         # The analyses' own connection settings: a memory limit and a private spill directory.
         with connection(profile) as con:
@@ -122,4 +150,5 @@ def _work(slot: _Slot[T], profile: Profile, work: Callable[[duckdb.DuckDBPyConne
     except BaseException as exc:  # handed to the waiting request, which re-raises it
         slot.error = exc
     finally:
+        slots.release()  # only once DuckDB has let go: an interrupted query still holds memory
         slot.done.set()
