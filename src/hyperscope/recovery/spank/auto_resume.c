@@ -1,0 +1,174 @@
+/*
+ * hyperscope's SPANK plugin: `srun --auto-resume[=N]` (also sbatch/salloc).
+ *
+ * When a step started with --auto-resume fails (a task exits non-zero), the job is requeued so
+ * that its batch script runs again and resumes from its last checkpoint, at most N times
+ * (default 1). Slurm counts the restarts (SLURM_RESTART_COUNT); the tasks see HYPERSCOPE_AUTO_RESUME
+ * (N) and HYPERSCOPE_ATTEMPT (1 for the first run). A node that dies is requeued by Slurm itself
+ * (JobRequeue=1); hyperscope's agent replaces the node and stops a job past N attempts.
+ *
+ * plugstack.conf:  required /path/auto_resume.so scontrol=/usr/bin/scontrol conf=/etc/slurm/slurm.conf log=/shared/auto-resume.log
+ *
+ * Every decision is one line in the log file: "<unix time> job=<id> step=<id> task=<rank>
+ * status=<exit> attempt=<k> of=<N> action=requeue|give-up".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(hyperscope_auto_resume, 1);
+
+static int auto_resume = 0;          /* N: requeues allowed; 0: option not given */
+static char scontrol[512] = "scontrol";
+static char conf[512] = "";
+static char logpath[512] = "";
+
+static int on_option(int val, const char *optarg, int remote)
+{
+    (void)val;
+    (void)remote;
+    if (optarg == NULL || *optarg == '\0') {
+        auto_resume = 1;
+        return 0;
+    }
+    char *end = NULL;
+    long n = strtol(optarg, &end, 10);
+    if (end == optarg || *end != '\0' || n < 0 || n > 100) {
+        slurm_error("hyperscope: --auto-resume=%s: expected a number of retries from 0 to 100", optarg);
+        return -1;
+    }
+    auto_resume = (int)n;
+    return 0;
+}
+
+static struct spank_option option = {
+    "auto-resume", "[N]",
+    "hyperscope: when a task fails, requeue the job so it resumes from its last checkpoint, at most N times (default 1)",
+    2, 0, on_option,
+};
+
+static void read_args(int ac, char **av)
+{
+    for (int i = 0; i < ac; i++) {
+        if (strncmp(av[i], "scontrol=", 9) == 0)
+            snprintf(scontrol, sizeof scontrol, "%s", av[i] + 9);
+        else if (strncmp(av[i], "conf=", 5) == 0)
+            snprintf(conf, sizeof conf, "%s", av[i] + 5);
+        else if (strncmp(av[i], "log=", 4) == 0)
+            snprintf(logpath, sizeof logpath, "%s", av[i] + 4);
+        else
+            slurm_error("hyperscope: unknown plugin argument '%s' (expected scontrol=, conf=, log=)", av[i]);
+    }
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    read_args(ac, av);
+    /* sbatch and salloc ignore a static spank_options table: register the option explicitly. */
+    return spank_option_register(sp, &option) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+static int restart_count(spank_t sp)
+{
+    char value[32] = "";
+    if (spank_getenv(sp, "SLURM_RESTART_COUNT", value, sizeof value) != ESPANK_SUCCESS)
+        return 0;
+    return atoi(value);
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!auto_resume || !spank_remote(sp))
+        return 0;
+    char value[32];
+    snprintf(value, sizeof value, "%d", auto_resume);
+    spank_setenv(sp, "HYPERSCOPE_AUTO_RESUME", value, 1);
+    snprintf(value, sizeof value, "%d", restart_count(sp) + 1);
+    spank_setenv(sp, "HYPERSCOPE_ATTEMPT", value, 1);
+    return 0;
+}
+
+static void log_line(const char *line)
+{
+    if (!*logpath)
+        return;
+    int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0)
+        return;
+    ssize_t ignored = write(fd, line, strlen(line));
+    (void)ignored;
+    close(fd);
+}
+
+/* One requeue per job attempt, whichever task or node fails first: an exclusive marker file. */
+static int first_to_act(uint32_t job, int attempt)
+{
+    if (!*logpath)
+        return 1;
+    char marker[600];
+    snprintf(marker, sizeof marker, "%s.job%u.attempt%d", logpath, job, attempt);
+    int fd = open(marker, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return errno != EEXIST;
+    close(fd);
+    return 1;
+}
+
+static int requeue(uint32_t job)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (*conf)
+            setenv("SLURM_CONF", conf, 1);
+        char id[32];
+        snprintf(id, sizeof id, "%u", job);
+        execlp(scontrol, scontrol, "requeue", id, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    int status = 0;
+    uint32_t job = 0, step = 0, rank = 0;
+    if (!auto_resume || spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
+        return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    spank_get_item(sp, S_JOB_ID, &job);
+    spank_get_item(sp, S_JOB_STEPID, &step);
+    spank_get_item(sp, S_TASK_GLOBAL_ID, &rank);
+    int attempt = restart_count(sp) + 1;
+    if (!first_to_act(job, attempt))
+        return 0;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const char *action = attempt <= auto_resume ? "requeue" : "give-up";
+    char line[256];
+    snprintf(line, sizeof line, "%ld job=%u step=%u task=%u status=%d attempt=%d of=%d action=%s\n",
+             (long)time(NULL), job, step, rank, code, attempt, auto_resume + 1, action);
+    log_line(line);
+    slurm_info("hyperscope: job %u step %u task %u exited %d: attempt %d of %d: %s", job, step, rank,
+               code, attempt, auto_resume + 1, action);
+    if (attempt <= auto_resume && requeue(job) != 0)
+        slurm_error("hyperscope: job %u: `%s requeue %u` failed", job, scontrol, job);
+    return 0;
+}
