@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from hyperscope import Store
@@ -79,8 +80,14 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Home:
     return Home(root, H200_PROFILE, multi, big)
 
 
+def local(app: FastAPI) -> TestClient:
+    """A client that addresses the server as a browser on this machine does (a token-less server
+    answers only to loopback host names)."""
+    return TestClient(app, base_url="http://127.0.0.1:8321")
+
+
 @pytest.fixture
 def client(home: Home, tmp_path: Path) -> Iterator[TestClient]:
     """A fresh server (empty caches) on the shared store; no UI bundle."""
-    with TestClient(create_app(home.path, static_dir=tmp_path / "no-bundle")) as c:
+    with local(create_app(home.path, static_dir=tmp_path / "no-bundle")) as c:
         yield c

@@ -16,7 +16,7 @@ from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
 from hyperscope.store.catalog import JobStatus
 from hyperscope.store.profile import Profile
-from tests.server.conftest import H200, H200_PROFILE, Home
+from tests.server.conftest import H200, H200_PROFILE, Home, local
 
 DASHBOARD_TABLES = {
     "gpu_time", "gpu_time_job", "kernel_types", "idle", "kernels", "precision", "gpu_activity",
@@ -133,7 +133,7 @@ def test_running_jobs_show_new_data_on_refresh(tmp_path: Path) -> None:
     later = tmp_path / part.name
     shutil.move(part, later)  # not written yet
     app = create_app(home, static_dir=tmp_path / "none")
-    with TestClient(app) as client:
+    with local(app) as client:
         url = f"/api/profiles/{H200_PROFILE}/dashboard"
         before = client.get(url).json()
         shutil.move(later, events / later.name)  # the next flush
@@ -143,7 +143,7 @@ def test_running_jobs_show_new_data_on_refresh(tmp_path: Path) -> None:
         old, new = (b["tables"]["kernels"]["rows"][-1]["launches"] for b in (before, after))
         assert after["tables"] == expected_tables(home, H200_PROFILE)
         assert new > old
-        assert "still running" in " ".join(client.get(f"/api/profiles/{H200_PROFILE}").json()["notes"])
+        assert "still being written" in " ".join(client.get(f"/api/profiles/{H200_PROFILE}").json()["notes"])
 
 
 def test_annotation_histogram(client: TestClient, home: Home) -> None:
@@ -229,3 +229,19 @@ def test_large_answers_are_compressed(client: TestClient, home: Home) -> None:
     assert set(answer.json()["tables"]) == DASHBOARD_TABLES  # decoded by the client
     small = client.get("/api/jobs?limit=1", headers={"Accept-Encoding": "gzip"})
     assert "content-encoding" not in small.headers
+
+
+def test_a_failed_job_whose_other_ranks_still_write_is_not_cached(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(H200, home)
+    with Store(home) as store:
+        ref = store.job("h200-transformer").profiles[0]
+        store.catalog.open_capture("h200-transformer", ref, rank=1, node="vm", world_size=2)
+        store.catalog.set_status("h200-transformer", JobStatus.FAILED, "rank 0 failed")
+    with local(create_app(home, static_dir=tmp_path / "none")) as client:
+        url = f"/api/profiles/{H200_PROFILE}/filters"
+        assert client.get(url).status_code == client.get(url).status_code == 200
+        dash = [client.get(f"/api/profiles/{H200_PROFILE}/dashboard").json()["cached"] for _ in range(2)]
+        assert dash == [False, False]
+        info = client.get(f"/api/profiles/{H200_PROFILE}").json()
+        assert info["status"] == "Failed" and "rank 0 failed" in info["notes"]

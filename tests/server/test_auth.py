@@ -72,6 +72,28 @@ def test_no_token_no_check(client: TestClient) -> None:
     assert client.get("/api/jobs?token=anything").status_code == 200  # not a guarded server
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1:8321", "localhost:8321", "[::1]:8321", "localhost", "127.0.0.2"])
+def test_tokenless_server_answers_loopback_names(client: TestClient, host: str) -> None:
+    assert client.get("/api/jobs", headers={"Host": host}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", "evil.example:8321", "10.0.0.5:8321", "localhost.evil.example", ""]
+)
+def test_tokenless_server_refuses_other_host_names(client: TestClient, host: str) -> None:
+    """A page on evil.example whose name now resolves to 127.0.0.1 (DNS rebinding) reads nothing."""
+    for path in ("/api/jobs", "/"):
+        answer = client.get(path, headers={"Host": host})
+        assert answer.status_code == 400 and "this machine only" in answer.json()["detail"]
+
+
+def test_guarded_server_answers_any_host_name(guarded: TestClient) -> None:
+    answer = guarded.get(
+        "/api/jobs", headers={"Host": "gpu-box.example:8321", "Authorization": f"Bearer {TOKEN}"}
+    )
+    assert answer.status_code == 200
+
+
 def test_loopback_and_tokens() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "[::1]", "127.1.2.3"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "example.org", ""))

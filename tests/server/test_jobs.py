@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from hyperscope import Store
 from hyperscope.server import create_app
 from hyperscope.store.catalog import JobStatus, ProfileRef
+from tests.server.conftest import local
 
 #: (name, created_ns, status, ranks)
 JOBS = [
@@ -35,7 +36,7 @@ def jobs_client(tmp_path: Path) -> Iterator[TestClient]:
         store.catalog.add_profile("resnet-run-1", ref, status=JobStatus.COMPLETED, nodes=[], created_ns=150)
         for name, _, status, _ in JOBS:
             store.catalog.set_status(name, status)
-    with TestClient(create_app(home, static_dir=tmp_path / "none")) as client:
+    with local(create_app(home, static_dir=tmp_path / "none")) as client:
         yield client
 
 

@@ -7,13 +7,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
 from hyperscope.server.limits import QueryLimits, QueryTimeout
 from hyperscope.store.profile import Profile
-from tests.server.conftest import Home
+from tests.server.conftest import Home, local
 
 
 def query_threads() -> list[threading.Thread]:
@@ -22,7 +21,7 @@ def query_threads() -> list[threading.Thread]:
 
 def test_time_limit_answers_504_and_the_server_goes_on(home: Home, tmp_path: Path) -> None:
     app = create_app(home.path, query_timeout_s=0.001, static_dir=tmp_path)
-    with TestClient(app) as client:
+    with local(app) as client:
         slow = client.get(f"/api/profiles/{home.big}/dashboard")
         assert slow.status_code == 504
         assert "0.001 s query limit" in slow.json()["detail"] and "--query-timeout" in slow.json()["detail"]
@@ -63,7 +62,7 @@ def test_interrupted_query_stops_inside_duckdb(home: Home) -> None:
 
 
 def test_row_cap_answers_413(home: Home, tmp_path: Path) -> None:
-    with TestClient(create_app(home.path, max_rows=40, static_dir=tmp_path)) as client:
+    with local(create_app(home.path, max_rows=40, static_dir=tmp_path)) as client:
         big = client.get(f"/api/profiles/{home.multi}/dashboard?buckets=50")  # 50 buckets x 4 ranks
         assert big.status_code == 413
         assert "40" in big.json()["detail"] and "--max-rows" in big.json()["detail"]
@@ -115,7 +114,7 @@ def test_one_computation_per_scope_at_a_time(home: Home, tmp_path: Path) -> None
     """Two requests for the same scope at once: one computes, the other gets its answer."""
     app = create_app(home.path, static_dir=tmp_path)
     url = f"/api/profiles/{home.big}/dashboard?rank=2"
-    with TestClient(app) as client:
+    with local(app) as client:
         answers: list[dict[str, object]] = []
         threads = [threading.Thread(target=lambda: answers.append(client.get(url).json())) for _ in range(3)]
         for t in threads:

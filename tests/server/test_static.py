@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hyperscope.server import create_app
-from tests.server.conftest import Home
+from tests.server.conftest import Home, local
 
 INDEX = "<!doctype html><title>hyperscope app</title>"
 
@@ -24,7 +24,7 @@ def bundle(tmp_path: Path) -> Path:
 
 
 def test_index_assets_and_app_paths(home: Home, bundle: Path) -> None:
-    with TestClient(create_app(home.path, static_dir=bundle)) as client:
+    with local(create_app(home.path, static_dir=bundle)) as client:
         root = client.get("/")
         assert root.status_code == 200 and root.text == INDEX and root.headers["cache-control"] == "no-cache"
         assert client.get("/jobs/3").text == INDEX  # the app's router owns its paths
@@ -49,7 +49,7 @@ def test_index_assets_and_app_paths(home: Home, bundle: Path) -> None:
     ],
 )
 def test_no_file_outside_the_bundle(home: Home, bundle: Path, path: str) -> None:
-    with TestClient(create_app(home.path, static_dir=bundle)) as client:
+    with local(create_app(home.path, static_dir=bundle)) as client:
         answer = client.get(path)
         assert answer.status_code in (200, 404)
         assert answer.content in (INDEX.encode(), answer.content if answer.status_code == 404 else b"")

@@ -110,7 +110,7 @@ def create_app(
 
     def open_profile(profile_id: str) -> tuple[ProfileHit, Profile]:
         hit = catalog.profile(profile_id)
-        return hit, cache.profile(hit.ref.id, hit.job.status)
+        return hit, cache.profile(hit.ref.id, hit.live)
 
     @app.get("/api/jobs", response_model=JobListOut, responses=_ERRORS, tags=["jobs"])
     def list_jobs(
@@ -147,8 +147,8 @@ def create_app(
         hit, profile = open_profile(profile_id)
         meta = profile.meta
         notes = [m for m in hit.job.message.split("; ") if m]
-        if hit.job.status is JobStatus.IN_PROGRESS:
-            notes.append("the job is still running: reload for newer data")
+        if hit.live:
+            notes.append("the profile is still being written: reload for newer data")
         return ProfileOut(
             id=hit.ref.id,
             job=hit.job.name,
@@ -189,7 +189,7 @@ def create_app(
         hit, profile = open_profile(profile_id)
         found, _ = cache.answer(
             (hit.ref.id, "filters"),
-            hit.job.status,
+            hit.live,
             lambda: limits.run(profile, _filters, "listing the filters"),
         )
         return found
@@ -222,7 +222,7 @@ def create_app(
             return limits.run(profile, work, "the dashboard")
 
         key = (hit.ref.id, "dashboard", scope, top_k, buckets)
-        tables, cached = cache.answer(key, hit.job.status, compute)
+        tables, cached = cache.answer(key, hit.live, compute)
         body = {"tables": tables, "scope": _scope_out(scope), "cached": cached}
         return _json({**body, "elapsed_ms": round((time.perf_counter() - started) * 1e3, 3)})
 
@@ -248,9 +248,7 @@ def create_app(
             return _annotation(con, name, scope, bins, limits)
 
         key = (hit.ref.id, "annotation", name, scope, bins)
-        found, _ = cache.answer(
-            key, hit.job.status, lambda: limits.run(profile, work, f"annotation {name!r}")
-        )
+        found, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, f"annotation {name!r}"))
         return _json(found)
 
     static.install(app, static_dir)

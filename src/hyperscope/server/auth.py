@@ -29,6 +29,10 @@ _MISSING: Final = (
     "or send 'Authorization: Bearer <token>'"
 )
 _WRONG: Final = "the access token is wrong: use the one this server printed at start"
+_FOREIGN_HOST: Final = (
+    "this server answers only to 127.0.0.1, localhost or ::1, not to host {host!r}: it serves "
+    "this machine only (start it with --host to serve others, with a token)"
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -59,9 +63,31 @@ def _unauthorized(detail: str) -> Response:
     return JSONResponse({"detail": detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
 
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header, without its port: ``[::1]:80`` → ``::1``, ``a:80`` → ``a``."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
 def install(app: FastAPI, token: str | None) -> None:
-    """Guard every path of ``app`` (API, docs and static files) with ``token``; none when ``None``."""
+    """Guard every path of ``app`` (API, docs and static files) with ``token``.
+
+    Without a token the server is for this machine only, and it also refuses requests whose
+    ``Host`` is not a loopback name: otherwise a web page the user visits could point its own
+    domain at 127.0.0.1 (DNS rebinding) and read the profiles through the user's browser.
+    """
     if token is None:
+
+        @app.middleware("http")
+        async def check_host(
+            request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        ) -> Response:
+            host = host_name(request.headers.get("host", ""))
+            if not is_loopback(host):
+                return JSONResponse({"detail": _FOREIGN_HOST.format(host=host[:100])}, status_code=400)
+            return await call_next(request)
+
         return
 
     @app.middleware("http")

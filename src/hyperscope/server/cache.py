@@ -2,8 +2,10 @@
 
 A finished profile never changes (a published profile directory is immutable; a removed job's id
 is never reused), so its dashboard for a given scope is computed once: switching back and forth
-between filters in the UI then costs a dictionary look-up. A job still InProgress writes new parts
-at every flush, so neither its metadata nor its answers are cached: a refresh shows new data.
+between filters in the UI then costs a dictionary look-up. A *live* profile (its job InProgress or
+Stopping, or a rank of its capture still running: a Failed job's other ranks may still flush)
+gets new parts at every flush, so neither its metadata nor its answers are cached: a refresh
+shows new data.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from hyperscope.schema.layout import profile_dir
-from hyperscope.store.catalog import JobStatus
 from hyperscope.store.profile import Profile
 
 K = TypeVar("K", bound=Hashable)
@@ -49,11 +50,6 @@ class Lru(Generic[K, V]):
             return len(self._items)
 
 
-def cacheable(status: JobStatus) -> bool:
-    """Only a job that has stopped writing has profiles that stay as they are."""
-    return status is not JobStatus.IN_PROGRESS
-
-
 class ProfileCache:
     """Opened profiles and answers computed on them, keyed by profile id (checked by the caller)."""
 
@@ -64,26 +60,24 @@ class ProfileCache:
         self._flights: dict[tuple[Hashable, ...], threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def profile(self, profile_id: str, status: JobStatus) -> Profile:
-        """The profile, opened once while its job is finished, re-read each time while in progress.
+    def profile(self, profile_id: str, live: bool) -> Profile:
+        """The profile, opened once when finished, re-read each time while ``live`` (still written).
 
         ``profile_id`` has been matched against ``[0-9a-f]{16}`` and found in the catalog: it is
         the only request value that reaches a path, and only in that checked form.
         """
-        if cacheable(status):
+        if not live:
             found = self._profiles.get(profile_id)
             if found is not None:
                 return found
         opened = Profile.open(profile_dir(self.home, profile_id))
-        if cacheable(status):
+        if not live:
             self._profiles.put(profile_id, opened)
         return opened
 
-    def answer(
-        self, key: tuple[Hashable, ...], status: JobStatus, compute: Callable[[], V]
-    ) -> tuple[V, bool]:
+    def answer(self, key: tuple[Hashable, ...], live: bool, compute: Callable[[], V]) -> tuple[V, bool]:
         """``compute()``'s value for ``key`` (its first item the profile id) and whether it was cached."""
-        if not cacheable(status):
+        if live:
             return compute(), False
         found = self._answers.get(key)
         if found is None:

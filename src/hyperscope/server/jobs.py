@@ -23,7 +23,7 @@ from typing import Final
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server.models import JobDetailOut, JobListOut, JobOut, ProfileRefOut
-from hyperscope.store.catalog import JobStatus
+from hyperscope.store.catalog import JobStatus, RankStatus
 
 PROFILE_ID: Final = re.compile(r"[0-9a-f]{16}")
 SORTS: Final = {
@@ -73,6 +73,8 @@ class ProfileHit:
 
     ref: ProfileRefOut
     job: JobOut
+    #: still being written: the job is InProgress or Stopping, or a rank of the capture still runs
+    live: bool
 
 
 class CatalogReader:
@@ -155,9 +157,15 @@ class CatalogReader:
                     f"profile {profile_id!r}: not in the catalog (removed, or in another store?)"
                 )
             row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.id = ?", (ref[7],)).fetchone()
+            running = db.execute(
+                "SELECT count(*) FROM profile_ranks WHERE profile_id = ? AND status = ?",
+                (profile_id, RankStatus.RUNNING.value),
+            ).fetchone()[0]
         if row is None:  # a profile row outlives its job only inside a concurrent delete
             raise ProfileNotFound(f"profile {profile_id!r}: its job was just removed")
-        return ProfileHit(_ref(ref[:7]), _job(row))
+        job = _job(row)
+        live = job.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) or int(running) > 0
+        return ProfileHit(_ref(ref[:7]), job, live)
 
 
 def _job(row: Sequence[object]) -> JobOut:
