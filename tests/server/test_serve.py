@@ -90,3 +90,30 @@ def test_addresses() -> None:
     assert Address("0.0.0.0", 8321, None).base_url == "http://127.0.0.1:8321/"
     assert Address("::1", 80, "t").open_url == "http://[::1]:80/?token=t"
     assert Address("10.1.2.3", 9, "t").open_url == "http://10.1.2.3:9/?token=t"
+
+
+def test_port_in_use_is_an_error_not_a_traceback(home: Home) -> None:
+    with running_ui(home.path) as (base, _):
+        port = base.rstrip("/").rsplit(":", 1)[1]
+        command = [
+            sys.executable,
+            "-m",
+            "hyperscope",
+            "ui",
+            "--port",
+            port,
+            "--no-browser",
+            "--home",
+            str(home.path),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_teaches() -> None:
+    text = subprocess.run(
+        [sys.executable, "-m", "hyperscope", "ui", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for option in ("--host", "--port", "--no-browser", "--query-timeout", "--max-rows", "--home", "token"):
+        assert option in text
