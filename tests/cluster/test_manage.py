@@ -52,8 +52,8 @@ def test_unknown_cluster_and_provider(tmp_path: Path) -> None:
     with pytest.raises(ClusterNotFound, match="no cluster named 'x'"):
         manage.describe("x", tmp_path)
     assert manage.delete("x", tmp_path) is False
-    with pytest.raises(ClusterError, match="'ssh' provider is not implemented yet"):
-        manage.provider_for("ssh", tmp_path)
+    with pytest.raises(ClusterError, match="unknown provider 'gcp'; use local, ssh or existing"):
+        manage.provider_for("gcp", tmp_path)
 
 
 def test_missing_requirements_names_the_packages(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,15 +17,25 @@ from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import ClusterState, NodeState
 
 
-def slurm_conf(spec: ClusterSpec, state: ClusterState) -> str:
-    d, r = Path(state.dir), Path(state.run_dir)
+def slurm_conf(
+    spec: ClusterSpec,
+    state: ClusterState,
+    *,
+    root: Path | None = None,
+    hostnames: dict[str, str] | None = None,
+) -> str:
+    """``root`` and ``hostnames`` (node or controller → the host's own name, as slurmctld and slurmd
+    check it) are the ssh provider's: every path under ``root`` on each host, and each node at its
+    host's address; without them everything is on this machine at 127.0.0.1."""
+    d, r = (root, root) if root else (Path(state.dir), Path(state.run_dir))
+    addr = {n.name: (n.host, (hostnames or {})[n.name]) for n in state.nodes} if root else {}
     s = spec.slurm
     workers = [n for n in state.nodes if n.slurm]
     gpus = {g.name: g.gpus_per_node for g in spec.groups}
     lines = [
         "# Written by hyperscope from " + (state.spec_path or "a spec") + "; rewritten on every create.",
         f"ClusterName={spec.name}",
-        "SlurmctldHost=localhost(127.0.0.1)",
+        "SlurmctldHost={1}({0})".format(*addr.get(state.controller, ("127.0.0.1", "localhost"))),
         f"SlurmctldPort={state.ctld_port}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
@@ -66,8 +76,9 @@ def slurm_conf(spec: ClusterSpec, state: ClusterState) -> str:
         lines.append("GresTypes=gpu")
     for n in workers:
         gres = f" Gres=gpu:{gpus[n.group]}" if gpus[n.group] else ""
+        host, name = addr.get(n.name, ("127.0.0.1", "localhost"))
         lines.append(
-            f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={n.port} "
+            f"NodeName={n.name} NodeHostname={name} NodeAddr={host} Port={n.port} "
             f"CPUs={s.cpus_per_node} RealMemory={s.memory_mb}{gres} State=UNKNOWN"
         )
     active = ",".join(n.name for n in workers if not n.spare)
@@ -75,15 +86,16 @@ def slurm_conf(spec: ClusterSpec, state: ClusterState) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gres_conf(spec: ClusterSpec, state: ClusterState) -> str:
+def gres_conf(spec: ClusterSpec, state: ClusterState, *, real: bool = False) -> str:
     """One line per GPU node; the devices are per-node character devices (a File= is required,
-    and regular files are rejected: see the notes' pitfall 14)."""
+    and regular files are rejected: see the notes' pitfall 14), or the host's own /dev/nvidiaN
+    (``real``, the ssh provider)."""
     gpus = {g.name: g.gpus_per_node for g in spec.groups}
     out = []
     for n in state.nodes:
         k = gpus[n.group] if n.slurm else 0
         if k:
-            devs = Path(state.dir) / "dev" / n.name
+            devs = Path("/dev") if real else Path(state.dir) / "dev" / n.name
             out.append(f"NodeName={n.name} Name=gpu File={devs}/nvidia[0-{k - 1}]")
     return "\n".join(out) + "\n" if out else ""
 

@@ -11,11 +11,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperscope.cluster import jobs
+from hyperscope.cluster import jobs, ssh
 from hyperscope.cluster.existing import ExistingProvider
 from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.slurm import Node, Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, load_spec
+from hyperscope.cluster.ssh import SshProvider
 from hyperscope.cluster.state import (
     ClusterError,
     ClusterNotFound,
@@ -37,7 +38,14 @@ def provider_for(kind: str, home: Path) -> Provider:
         return LocalProvider(home)
     if kind == "existing":
         return ExistingProvider(home)
-    raise ClusterError(f"the {kind!r} provider is not implemented yet; use provider: local")
+    if kind == "ssh":
+        return SshProvider(home)
+    raise ClusterError(f"unknown provider {kind!r}; use local, ssh or existing")
+
+
+def _slurm(state: ClusterState) -> Slurm:
+    """Slurm's commands for this cluster: here, or on the controller's host (ssh provider)."""
+    return ssh.slurm_for(state) if state.provider == "ssh" else Slurm(Path(state.slurm_conf))
 
 
 def create(spec_file: Path, home: Path, progress: Progress | None = None) -> ClusterState:
@@ -83,8 +91,8 @@ class Description:
 
 def _running(state: ClusterState) -> bool:
     """Ours: every daemon we started is alive. Adopted: its slurmctld answers."""
-    if state.provider == "existing":
-        return Slurm(Path(state.slurm_conf)).ping()
+    if state.provider in ("existing", "ssh"):
+        return _slurm(state).ping()
     return bool(state.procs) and all(alive(p) for p in state.procs)
 
 
@@ -94,7 +102,7 @@ def describe(name: str, home: Path) -> Description:
     version = ""
     if running:
         try:
-            version = Slurm(Path(state.slurm_conf)).version()
+            version = _slurm(state).version()
         except SlurmError:
             version = ""
     groups: dict[str, tuple[str, int, int]] = {}
@@ -134,7 +142,7 @@ def list_nodes(name: str, home: Path) -> list[NodeRow]:
     live: dict[str, Node] = {}
     if running:
         try:
-            live = {n.name: n for n in Slurm(Path(state.slurm_conf)).nodes()}
+            live = {n.name: n for n in _slurm(state).nodes()}
         except SlurmError:
             live = {}
         _sync_quietly(name, home)
@@ -165,6 +173,12 @@ def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str,
     if state.status != "InService":
         raise ClusterError(
             f"cluster {name!r} is {state.status}, not InService; see `hyperscope cluster describe {name}`"
+        )
+    if state.provider == "ssh":
+        host = state.node(node or state.controller).host
+        raise ClusterError(
+            f"`cluster shell` opens a shell on this machine; log in to {host} with ssh and "
+            f"export SLURM_CONF={state.slurm_conf}"
         )
     logins = [n for n in state.nodes if n.role == "login"]
     target = state.node(node) if node else (logins[0] if logins else state.node(state.controller))
@@ -197,7 +211,7 @@ def submit(name: str, home: Path, sbatch_args: list[str]) -> Submitted:
     state = load(name, home)
     if state.status != "InService":
         raise ClusterError(f"cluster {name!r} is {state.status}, not InService; nothing submitted")
-    slurm = Slurm(Path(state.slurm_conf))
+    slurm = _slurm(state)
     reserved = jobs.reserve(state, jobs.submit_name(state.name, sbatch_args))
     env = {"HYPERSCOPE_HOME": str(jobs.store_home(state)), "HYPERSCOPE_JOB": reserved.name}
     try:
@@ -219,7 +233,7 @@ def sync_jobs(name: str, home: Path) -> list[CatalogJob]:
     state = load(name, home)
     if not _running(state):
         return []
-    return jobs.sync(state, Slurm(Path(state.slurm_conf))).catalog
+    return jobs.sync(state, _slurm(state)).catalog
 
 
 def _sync_quietly(name: str, home: Path) -> tuple[list[CatalogJob], str]:

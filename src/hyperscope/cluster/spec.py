@@ -43,6 +43,11 @@ class InstanceGroup:
     count: int
     gpus_per_node: int = 0
     spares: int = 0
+    #: ssh provider: one address per node (active nodes, then spares), or one for all of them
+    hosts: tuple[str, ...] = ()
+
+    def host(self, node: str) -> str:
+        return self.hosts[0] if len(self.hosts) == 1 else self.hosts[self.node_names().index(node)]
 
     def node_names(self) -> list[str]:
         """Active nodes first, then spares: names stay stable when a spare replaces a node."""
@@ -67,6 +72,19 @@ class SlurmSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SshSettings:
+    """How the ssh provider reaches its hosts with the system's OpenSSH; root, because slurmd
+    must run as root."""
+
+    user: str = "root"
+    port: int = 22
+    identity_file: Path | None = None
+    options: tuple[str, ...] = ()  # extra ``-o`` options, e.g. StrictHostKeyChecking=no
+    #: on every host: the cluster's configuration, logs, spool and munge socket (short: socket paths)
+    remote_dir: str = "/var/lib/hyperscope"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSpec:
     name: str
     provider: str
@@ -77,6 +95,7 @@ class ClusterSpec:
     source: Path | None = None
     #: the existing provider: the slurm.conf of a cluster the user already runs
     slurm_conf: Path | None = None
+    ssh: SshSettings | None = None  # the ssh provider only
 
     @property
     def on_create(self) -> Path:
@@ -119,8 +138,49 @@ def _mapping(src: Path, key: str, value: object, allowed: set[str]) -> dict[str,
     return cast(dict[str, Any], value)
 
 
-def _group(src: Path, key: str, raw: object) -> InstanceGroup:
-    d = _mapping(src, key, raw, {"name", "role", "count", "gpus_per_node", "spares"})
+_HOST = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
+
+
+def _hosts(src: Path, key: str, value: object, nodes: int) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise SpecError(src, key, "must be a non-empty list of host names or addresses", value)
+    for i, h in enumerate(value):
+        if not isinstance(h, str) or not _HOST.match(h):
+            raise SpecError(src, f"{key}[{i}]", "must be a host name or address", h)
+    if len(value) not in (1, nodes):
+        raise SpecError(
+            src, key, f"must name one host for all nodes or one per node ({nodes}: count + spares)", value
+        )
+    return tuple(value)
+
+
+def _ssh(src: Path, raw: object) -> SshSettings:
+    d = _mapping(src, "ssh", {} if raw is None else raw, set(SshSettings.__slots__))
+    options = d.get("options", [])
+    if not isinstance(options, list) or not all(isinstance(o, str) and "=" in o for o in options):
+        raise SpecError(src, "ssh.options", "must be a list of OpenSSH Key=Value options", options)
+    user = d.get("user", "root")
+    if not isinstance(user, str) or not re.fullmatch(r"[a-z_][a-z0-9_-]*", user):
+        raise SpecError(src, "ssh.user", "must be a user name", user)
+    remote = d.get("remote_dir", "/var/lib/hyperscope")
+    if not isinstance(remote, str) or not remote.startswith("/") or len(remote) > 40 or " " in remote:
+        raise SpecError(src, "ssh.remote_dir", "must be an absolute path of at most 40 characters", remote)
+    key = d.get("identity_file")
+    return SshSettings(
+        user=user,
+        port=_int(src, "ssh.port", d.get("port", 22), minimum=1, maximum=65535),
+        identity_file=None if key is None else _dir(src, "ssh.identity_file", key),
+        options=tuple(options),
+        remote_dir=remote.rstrip("/") or "/",
+    )
+
+
+def _group(src: Path, key: str, raw: object, ssh: bool = False) -> InstanceGroup:
+    d = _mapping(src, key, raw, {"name", "role", "count", "gpus_per_node", "spares", "hosts"})
+    if ssh and "hosts" not in d:
+        raise SpecError(src, f"{key}.hosts", "is required by the ssh provider")
+    if not ssh and "hosts" in d:
+        raise SpecError(src, f"{key}.hosts", "is only used by the ssh provider")
     for required in ("name", "role", "count"):
         if required not in d:
             raise SpecError(src, f"{key}.{required}", "is required")
@@ -139,6 +199,7 @@ def _group(src: Path, key: str, raw: object) -> InstanceGroup:
         count=count,
         gpus_per_node=_int(src, f"{key}.gpus_per_node", d.get("gpus_per_node", 0), minimum=0, maximum=64),
         spares=spares,
+        hosts=_hosts(src, f"{key}.hosts", d["hosts"], count + spares) if ssh else (),
     )
 
 
@@ -171,10 +232,10 @@ def _dir(src: Path, key: str, value: object) -> Path:
     return (p if p.is_absolute() else src.parent / p).resolve()
 
 
-def _groups(source: Path, raw_groups: object) -> tuple[InstanceGroup, ...]:
+def _groups(source: Path, raw_groups: object, ssh: bool) -> tuple[InstanceGroup, ...]:
     if not isinstance(raw_groups, list) or not raw_groups:
         raise SpecError(source, "instance_groups", "must be a non-empty list of groups", raw_groups)
-    groups = tuple(_group(source, f"instance_groups[{i}]", g) for i, g in enumerate(raw_groups))
+    groups = tuple(_group(source, f"instance_groups[{i}]", g, ssh) for i, g in enumerate(raw_groups))
     seen: set[str] = set()
     for i, g in enumerate(groups):
         if g.name in seen:
@@ -193,7 +254,8 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
 
     The existing provider adopts a running Slurm: it names its ``slurm_conf`` and has neither
     instance groups nor lifecycle scripts (hyperscope starts nothing there)."""
-    top = {"name", "provider", "instance_groups", "lifecycle_scripts", "shared_dir", "slurm", "slurm_conf"}
+    top = {"name", "provider", "instance_groups", "lifecycle_scripts", "shared_dir", "slurm"}
+    top |= {"slurm_conf", "ssh"}
     d = _mapping(source, "", data, top)
     provider = d.get("provider", "local")
     if provider not in PROVIDERS:
@@ -207,7 +269,8 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
     for key in required:
         if key not in d:
             raise SpecError(source, key, "is required" + (" by the existing provider" if existing else ""))
-    unused = ("instance_groups", "lifecycle_scripts") if existing else ("slurm_conf",)
+    unused: tuple[str, ...] = ("instance_groups", "lifecycle_scripts") if existing else ("slurm_conf",)
+    unused += () if provider == "ssh" else ("ssh",)
     for key in unused:
         if key in d:
             raise SpecError(source, key, f"is not used by the {provider} provider")
@@ -226,12 +289,13 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
     return ClusterSpec(
         name=_name(source, "name", d["name"]),
         provider=provider,
-        groups=() if existing else _groups(source, d["instance_groups"]),
+        groups=() if existing else _groups(source, d["instance_groups"], provider == "ssh"),
         lifecycle_dir=lifecycle,
         shared_dir=_dir(source, "shared_dir", d["shared_dir"]),
         slurm=_slurm(source, d.get("slurm")),
         source=source.resolve(),
         slurm_conf=slurm_conf,
+        ssh=_ssh(source, d.get("ssh")) if provider == "ssh" else None,
     )
 
 

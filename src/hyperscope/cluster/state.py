@@ -47,6 +47,7 @@ class Proc:
     pid: int
     start: int
     node: str = ""
+    host: str = ""  # the ssh provider's: the host it runs on ("" = this machine)
 
 
 @dataclass(slots=True)
@@ -61,6 +62,7 @@ class NodeState:
     since: float = field(default_factory=time.time)
     output: str = ""  # the tail of on_create.sh's output
     replacements: int = 0
+    host: str = ""  # the ssh provider's: the address hyperscope reaches the node at
 
 
 @dataclass(slots=True)
@@ -82,6 +84,8 @@ class ClusterState:
     procs: list[Proc] = field(default_factory=list)
     error: str = ""
     created: float = field(default_factory=time.time)
+    #: the ssh provider's connection settings (SshSettings as JSON); {} for the others
+    ssh: dict[str, Any] = field(default_factory=dict)
     updated: float = field(default_factory=time.time)
 
     def node(self, name: str) -> NodeState:

@@ -1,0 +1,379 @@
+"""The ssh provider: the spec's nodes on hosts hyperscope reaches with the system's OpenSSH.
+
+Everything the local provider does on this machine is done on each node's host through one
+``ssh`` command per step (a control master keeps one connection per host): the cluster's files are
+unpacked under ``REMOTE_DIR/NAME`` on every host, then a private munged per host (one key for all),
+slurmctld on the controller's host, each node's lifecycle script, and one ``slurmd -N NODE`` per
+worker. Slurm's own commands (``describe``, ``list-nodes``, ``submit``) run on the controller's host.
+
+Every host gets the full slurm.conf rather than using configless ``slurmd --conf-server``: slurmd
+fetches its configuration before it reads ``AuthInfo``, so it can only authenticate through the
+system munged's default socket (measured on 22.05: "Munge encode failed: Failed to access
+/run/munge/munge.socket.2"), and hyperscope never touches a host's system munged.
+
+Daemons are recorded with their host, PID and start time; ``delete`` stops them on their host only
+while the start time still matches, as for the local provider.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from hyperscope.cluster import conf
+from hyperscope.cluster.local import spec_digest
+from hyperscope.cluster.slurm import Slurm, SlurmError
+from hyperscope.cluster.spec import ClusterSpec, SshSettings
+from hyperscope.cluster.state import (
+    ClusterError,
+    ClusterState,
+    NodeState,
+    Proc,
+    Progress,
+    cluster_lock,
+    clusters_dir,
+)
+
+MARKER = "HYPERSCOPE_CLUSTER_DIR"  # as the local provider's: in every daemon's environment
+ON_CREATE_TIMEOUT_S = 600.0
+#: the env a remote Slurm command gets; the rest of this machine's environment stays here
+FORWARDED = ("SLURM_CONF", "HYPERSCOPE_HOME", "HYPERSCOPE_JOB")
+_START_TIME = "$(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20)"
+#: stop PID START pairs (only while the start time matches), TERM then KILL after 5 s
+_STOP = r"""
+stop() { pids=""
+  while [ $# -gt 1 ]; do p=$1
+    [ "$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20)" = "$2" ] && kill -TERM $p 2>/dev/null && pids="$pids $p"
+    shift 2; done
+  for i in $(seq 50); do left=""
+    for p in $pids; do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); [ -n "$s" ] && [ "$s" != Z ] && left="$left $p"; done
+    [ -z "$left" ] && return 0; sleep 0.1; done
+  kill -KILL $left 2>/dev/null; return 0; }
+strays() { for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}
+    case " $KEEP " in *" $p "*) continue;; esac
+    case " $KEEP " in *" $(cut -d' ' -f4 /proc/$p/stat 2>/dev/null) "*) continue;; esac
+    if grep -qzxF "$1" $e 2>/dev/null || { grep -qzxF "$2" $e 2>/dev/null && grep -qz '^SLURM_JOB_ID=' $e; }
+    then echo $p $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f20); fi; done; }
+"""  # noqa: E501
+
+
+def settings(state: ClusterState) -> SshSettings:
+    raw = dict(state.ssh)
+    key = raw.get("identity_file")
+    return SshSettings(
+        user=str(raw["user"]), port=int(str(raw["port"])), identity_file=Path(str(key)) if key else None,
+        options=tuple(str(o) for o in raw.get("options") or ()), remote_dir=str(raw["remote_dir"]),
+    )  # fmt: skip
+
+
+def ssh_argv(s: SshSettings, host: str, command: str) -> list[str]:
+    """The OpenSSH command line for one remote step: batch mode (never a password prompt), one
+    multiplexed connection per host (a cluster's create runs dozens of steps), the spec's options."""
+    argv = ["ssh", "-p", str(s.port)]
+    for option in ("BatchMode=yes", "ConnectTimeout=10", "LogLevel=ERROR", "ControlMaster=auto",
+                   "ControlPath=/tmp/hs-ssh-%C", "ControlPersist=60"):  # fmt: skip
+        argv += ["-o", option]
+    if s.identity_file is not None:
+        argv += ["-i", str(s.identity_file)]
+    for option in s.options:
+        argv += ["-o", option]
+    return [*argv, f"{s.user}@{host}", command]
+
+
+def with_env(env: Mapping[str, str], argv: Sequence[str]) -> str:
+    """``env K=V … ARGV`` quoted for the remote shell."""
+    return shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *argv])
+
+
+def start_command(root: str, log: str, argv: Sequence[str]) -> str:
+    """Start a daemon detached from the ssh session; prints ``PID START`` (its /proc start time)."""
+    return (  # not `cd && cmd &`: that backgrounds a subshell, and $! would be its PID
+        f"cd {shlex.quote(root)} || exit 1; {with_env({MARKER: root}, ['setsid', *argv])} "
+        f"> {shlex.quote(f'{root}/log/{log}')} 2>&1 < /dev/null & p=$!; echo $p {_START_TIME}"
+    )
+
+
+def stop_command(procs: Sequence[Proc], *, root: str | None = None, keep: Sequence[Proc] = ()) -> str:
+    """Stop ``procs``; with ``root``, also every process carrying the cluster's marker or its
+    SLURM_CONF with a job id (slurmstepds, job tasks), except ``keep`` and their children."""
+    pairs = " ".join(f"{p.pid} {p.start}" for p in procs)
+    script = f"{_STOP}\nstop {pairs}\n"
+    if root is not None:
+        conf_line = shlex.quote(f"SLURM_CONF={root}/etc/slurm.conf")
+        keep_ids = " ".join(str(p.pid) for p in keep)
+        script += f"KEEP='{keep_ids}'\nstop $(strays {shlex.quote(f'{MARKER}={root}')} {conf_line})\n"
+    return f"bash -c {shlex.quote(script)}"
+
+
+class Hosts:
+    """Runs steps on hosts; every failure names the host, the step and what the host said."""
+
+    def __init__(self, s: SshSettings) -> None:
+        self.settings = s
+
+    def run(
+        self, host: str, command: str, *, stdin: bytes = b"", timeout: float = 60.0, check: bool = True
+    ) -> str:
+        try:
+            done = subprocess.run(
+                ssh_argv(self.settings, host, command),
+                input=stdin,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise ClusterError("`ssh` is not installed: apt-get install openssh-client") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ClusterError(f"{host}: `{command[:80]}` gave no answer within {timeout:g} s") from exc
+        out = done.stdout.decode(errors="replace")
+        if check and done.returncode != 0:
+            said = (done.stderr.decode(errors="replace") or out).strip()[-2000:] or "(no output)"
+            raise ClusterError(f"{host}: `{command[:80]}` failed with status {done.returncode}: {said}")
+        return out
+
+    def close(self, host: str) -> None:
+        """End the control master of ``host`` (it would linger ControlPersist seconds)."""
+        argv = ssh_argv(self.settings, host, "")[:-1]
+        subprocess.run([argv[0], "-O", "exit", *argv[1:]], capture_output=True, timeout=10, check=False)
+
+    def runner(
+        self, host: str
+    ) -> Callable[[Sequence[str], dict[str, str], float], subprocess.CompletedProcess[str]]:
+        """A :class:`Slurm` runner that runs Slurm's commands on ``host``."""
+
+        def run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+            remote = with_env({k: env[k] for k in FORWARDED if k in env}, argv)
+            done = subprocess.run(
+                ssh_argv(self.settings, host, remote),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            return subprocess.CompletedProcess(list(argv), done.returncode, done.stdout, done.stderr)
+
+        return run
+
+
+def slurm_for(state: ClusterState) -> Slurm:
+    return Slurm(
+        Path(state.slurm_conf), runner=Hosts(settings(state)).runner(state.node(state.controller).host)
+    )
+
+
+def _bundle(state: ClusterState, lifecycle: Path, key: bytes) -> bytes:
+    """The files every host needs, as one tar: etc/, the lifecycle folder, the munge key."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for f in sorted((Path(state.dir) / "etc").iterdir()):
+            tar.add(f, arcname=f"etc/{f.name}")
+        tar.add(lifecycle, arcname="lifecycle")
+        info = tarfile.TarInfo("munge/munge.key")
+        info.size, info.mode = len(key), 0o400
+        tar.addfile(info, io.BytesIO(key))
+    return buf.getvalue()
+
+
+class SshProvider:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def create(self, spec: ClusterSpec, progress: Progress | None = None) -> ClusterState:
+        with cluster_lock(self.home, spec.name):
+            d = clusters_dir(self.home) / spec.name
+            if (d / "cluster.json").is_file():
+                old = ClusterState.load(d)
+                if old.provider != "ssh":
+                    raise ClusterError(f"cluster {spec.name!r} exists with the {old.provider} provider")
+                if old.status == "InService" and slurm_for(old).ping():
+                    return old
+                self._teardown(old)
+            state = self._prepare(spec, d)
+            try:
+                self._start(spec, state, progress or (lambda node, step: None))
+            except BaseException as exc:
+                self._teardown(state, remove=False)
+                state.status = "Failed"
+                state.error = str(exc) if isinstance(exc, ClusterError) else "interrupted during create"
+                state.save()
+                raise
+            state.status = "InService"
+            state.save()
+            return state
+
+    def _prepare(self, spec: ClusterSpec, d: Path) -> ClusterState:
+        assert spec.ssh is not None
+        shutil.rmtree(d, ignore_errors=True)
+        (d / "etc").mkdir(parents=True)
+        (d / "log").mkdir()
+        root = f"{spec.ssh.remote_dir}/{spec.name}"
+        base = spec.slurm.port_base or 6817  # Slurm's own defaults: 6817 slurmctld, nodes after
+        state = ClusterState(
+            name=spec.name, provider="ssh", status="Creating", dir=str(d), spec_path=str(spec.source or ""),
+            spec_digest=spec_digest(spec), slurm_conf=f"{root}/etc/slurm.conf",
+            shared_dir=str(spec.shared_dir),
+            controller=spec.groups_with("controller")[0].node_names()[0], partition=spec.slurm.partition,
+            ctld_port=base, run_dir=root,
+            ssh={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec.ssh).items()},
+        )  # fmt: skip
+        ports = iter(range(base + 1, base + 1 + len(spec.slurm_nodes())))
+        for group, name in spec.all_nodes():
+            worker = group.role == "worker"
+            state.nodes.append(
+                NodeState(name, group.name, group.role, group.is_spare(name), worker,
+                          port=next(ports) if worker else None, host=group.host(name))
+            )  # fmt: skip
+        state.save()
+        return state
+
+    def _start(self, spec: ClusterSpec, state: ClusterState, say: Progress) -> None:
+        assert spec.ssh is not None and spec.lifecycle_dir is not None
+        hosts, root = Hosts(spec.ssh), state.run_dir
+        names = {h: hosts.run(h, "hostname -s").strip() for h in dict.fromkeys(n.host for n in state.nodes)}
+        etc = Path(state.dir) / "etc"
+        etc.joinpath("slurm.conf").write_text(
+            conf.slurm_conf(
+                spec, state, root=Path(root), hostnames={n.name: names[n.host] for n in state.nodes}
+            )
+        )
+        gres = conf.gres_conf(spec, state, real=True)
+        if gres:
+            etc.joinpath("gres.conf").write_text(gres)
+        etc.joinpath("resource_config.json").write_text(conf.resource_config(state))
+        bundle = _bundle(state, spec.lifecycle_dir, os.urandom(1024))
+        munged: set[str] = set()
+        q = shlex.quote(root)
+        for host in names:
+            say(host, "copying slurm.conf, lifecycle scripts, munge key")
+            spools = " ".join(shlex.quote(f"{root}/spool/{n.name}") for n in state.nodes if n.host == host)
+            hosts.run(host, f"rm -rf {q} && mkdir -p {q}/log {q}/state {spools} && tar -C {q} -xf - "
+                            f"&& chmod 755 {q} {q}/munge", stdin=bundle)  # fmt: skip
+
+        def daemon(node: NodeState, role: str, argv: list[str], log: str) -> None:
+            pid, start = hosts.run(node.host, start_command(root, log, argv)).split()
+            state.procs.append(
+                Proc(role, int(pid), int(start), node.name if role == "slurmd" else "", node.host)
+            )
+            state.save()
+
+        def ensure_munged(node: NodeState) -> None:
+            if node.host in munged:
+                return
+            m = f"{root}/munge"
+            say(node.name, f"starting munged on {node.host}")
+            daemon(node, "munged", ["munged", "-F", "--force", f"--socket={m}/munge.sock",
+                                    f"--key-file={m}/munge.key", f"--pid-file={m}/munged.pid",
+                                    f"--seed-file={m}/munged.seed"], "munged.out")  # fmt: skip
+            hosts.run(
+                node.host, f"for i in $(seq 100); do [ -S {m}/munge.sock ] && exit 0; sleep 0.1; done; exit 1"
+            )
+            munged.add(node.host)
+
+        ctld = state.node(state.controller)
+        ensure_munged(ctld)
+        say(ctld.name, f"starting slurmctld on {ctld.host}")
+        daemon(ctld, "slurmctld", ["slurmctld", "-D", "-c", "-f", state.slurm_conf], "slurmctld.out")
+        slurm = slurm_for(state)
+        _poll(
+            slurm.ping,
+            15,
+            f"slurmctld on {ctld.host} does not answer `scontrol ping`",
+            hosts,
+            ctld.host,
+            root,
+        )
+        gpus = {g.name: g.gpus_per_node for g in spec.groups}
+        for node in state.nodes:
+            ensure_munged(node)
+            say(node.name, f"running on_create.sh on {node.host}")
+            node.status = "Configuring"
+            state.save()
+            env = {
+                "SLURM_CONF": state.slurm_conf, "HYPERSCOPE_CLUSTER": state.name,
+                "HYPERSCOPE_GROUP": node.group, "HYPERSCOPE_ROLE": node.role, "HYPERSCOPE_NODE": node.name,
+                "HYPERSCOPE_SPARE": str(int(node.spare)),
+                "HYPERSCOPE_GPUS": str(gpus[node.group]), "HYPERSCOPE_CONTROLLER": state.controller,
+                "HYPERSCOPE_SHARED_DIR": state.shared_dir,
+                "HYPERSCOPE_RESOURCE_CONFIG": f"{root}/etc/resource_config.json",
+            }  # fmt: skip
+            log = f"{root}/log/on_create-{node.name}.log"
+            cmd = f"cd {q}/lifecycle && {with_env(env, ['bash', 'on_create.sh'])} > {shlex.quote(log)} 2>&1"
+            rc = hosts.run(node.host, f"{cmd}; echo $?", timeout=ON_CREATE_TIMEOUT_S).strip()
+            node.output = hosts.run(node.host, f"tail -c 4000 {shlex.quote(log)}")
+            if rc != "0":
+                node.status, node.since = "Failed", time.time()
+                raise ClusterError(
+                    f"{spec.on_create} exited with status {rc} on node {node.name} (host {node.host}, "
+                    f"group {node.group}, role {node.role}):\n" + (node.output.rstrip() or "(no output)")
+                )
+            if node.slurm:
+                say(node.name, f"starting slurmd on {node.host}")
+                daemon(node, "slurmd", ["slurmd", "-D", "-N", node.name, "-f", state.slurm_conf],
+                       f"slurmd-{node.name}.out")  # fmt: skip
+            else:
+                node.status, node.since = "Running", time.time()
+        wanted = {n.name for n in state.nodes if n.slurm}
+        _poll(lambda: wanted <= {n.name for n in slurm.nodes() if n.state == "IDLE" and not n.flags},
+              30, "the nodes did not all become idle", hosts, ctld.host, root)  # fmt: skip
+        for node in state.nodes:
+            if node.slurm:
+                node.status, node.since = "Running", time.time()
+                say(node.name, "idle")
+
+    def delete(self, name: str) -> bool:
+        with cluster_lock(self.home, name, remove=True):
+            d = clusters_dir(self.home) / name
+            if not (d / "cluster.json").is_file():
+                return False
+            state = ClusterState.load(d)
+            state.status = "Deleting"
+            state.save()
+            self._teardown(state)
+            return True
+
+    def _teardown(self, state: ClusterState, *, remove: bool = True) -> None:
+        """On every host: slurmds and strays (slurmstepds, tasks), then slurmctld, then munged."""
+        hosts = Hosts(settings(state))
+        every = list(dict.fromkeys(n.host for n in state.nodes))
+        on = {h: [p for p in state.procs if p.host == h] for h in every}
+        for h in every:
+            keep = [p for p in on[h] if p.role != "slurmd"]
+            hosts.run(
+                h, stop_command([p for p in on[h] if p.role == "slurmd"], root=state.run_dir, keep=keep)
+            )
+        for role in ("slurmctld", "munged"):
+            for h in every:
+                hosts.run(h, stop_command([p for p in on[h] if p.role == role]))
+        state.procs = []
+        for h in every:
+            hosts.run(h, f"rm -rf {shlex.quote(state.run_dir)}", check=False)
+            hosts.close(h)
+        if remove:
+            shutil.rmtree(state.dir, ignore_errors=True)
+        else:
+            state.save()
+
+
+def _poll(ready: Callable[[], bool], timeout: float, what: str, hosts: Hosts, host: str, root: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if ready():
+                return
+        except SlurmError:
+            pass
+        if time.monotonic() > deadline:
+            tail = hosts.run(host, f"tail -n 15 {shlex.quote(root)}/log/slurmctld.log", check=False)
+            raise ClusterError(
+                f"{what} (after {timeout:g} s); last lines of slurmctld's log on {host}:\n{tail}"
+            )
+        time.sleep(0.2)
