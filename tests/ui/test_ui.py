@@ -180,6 +180,15 @@ def test_filter_by_rank_and_steps(page: Any, synth: Served) -> None:
     wait_dashboard(page, before)
     check_charts(page, synth.expected)
 
+    assert page.eval_on_selector_all("#filter-node option", "os => os.map(o => o.value)") == ["", "node-0"]
+    before = renders(page)
+    page.select_option("#filter-node", "node-0")
+    page.click("#filter-apply")
+    wait_dashboard(page, before)
+    assert "node node-0" in page.inner_text("#dash-status")
+    _, want = expected_dashboard(synth.home, synth.job, scope=Scope(nodes=("node-0",)))
+    check_charts(page, want)
+
 
 def test_top_k_kernels(page: Any, h200: Served) -> None:
     open_jobs(page, h200.url)
