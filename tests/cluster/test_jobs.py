@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -15,6 +16,7 @@ from hyperscope.cluster import jobs, manage
 from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.slurm import Slurm, SlurmError, parse_show_job
 from hyperscope.cluster.spec import ClusterSpec
+from hyperscope.cluster.state import ClusterState
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "cluster_slurm_outputs"
 
@@ -116,3 +118,57 @@ def test_jobs_of_a_cluster_in_its_shared_store(
         gone = s.catalog.job(f"jobs-wrap-job{held}")
         assert gone.status is JobStatus.STOPPED and "cluster jobs was deleted" in gone.message
         assert len(s.catalog.jobs()) == 4
+
+
+class _Recorded:
+    """The subprocess seam answering `scontrol show job -o` with recorded output."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __call__(self, argv: Sequence[str], env: dict[str, str], timeout: float) -> CompletedProcess[str]:
+        assert list(argv) == ["scontrol", "show", "job", "-o"]
+        return CompletedProcess(list(argv), 0, self.text, "")
+
+
+def test_sync_upserts_links_and_marks_forgotten_jobs(tmp_path: Path) -> None:
+    state = ClusterState(
+        name="demo", provider="local", status="InService", dir=str(tmp_path), spec_path="", spec_digest="",
+        slurm_conf="/c/slurm.conf", shared_dir=str(tmp_path / "shared"), controller="controller-1",
+        partition="dev", ctld_port=1,
+    )  # fmt: skip
+    text = (OUT / "show_job.txt").read_text()
+    reserved = jobs.reserve(state, "demo-train")
+    first = jobs.sync(state, Slurm(Path("/c"), runner=_Recorded(text)), link=(4, reserved.name))
+    names = [j.name for j in first.catalog]
+    assert len(names) == 7 and "demo-train" in names and "demo-wrap-job4" not in names
+    assert sorted(first.live) == [1, 2, 3, 4, 5, 6, 7]
+    # slurmctld forgets job 3 (still RUNNING when last seen) and the ended job 1
+    later = "\n".join(line for line in text.splitlines() if not line.startswith(("JobId=3 ", "JobId=1 ")))
+    again = {j.name: j for j in jobs.sync(state, Slurm(Path("/c"), runner=_Recorded(later))).catalog}
+    assert len(again) == 7
+    assert again["demo-wrap-job3"].status is JobStatus.FAILED
+    assert "slurmctld forgot it before hyperscope saw it end" in again["demo-wrap-job3"].message
+    assert again["demo-wrap-job1"].status is JobStatus.COMPLETED  # its end was seen: kept
+    jobs.cluster_gone(state)
+    assert again["demo-train"].status is JobStatus.IN_PROGRESS
+    with Store(tmp_path / "shared" / "hyperscope") as s:
+        assert s.catalog.job("demo-train").status is JobStatus.STOPPED  # RUNNING job 4, cluster gone
+        assert s.catalog.job("demo-wrap-job7").status is JobStatus.STOPPED  # PENDING job 7
+        assert s.catalog.job("demo-wrap-job2").status is JobStatus.FAILED
+
+
+def test_recorded_ends_held_cancelled_node_fail_timeout() -> None:
+    """Recorded from a real cluster: a held job, one cancelled while running, one on a node set
+    DOWN (--no-requeue) and one past its 1-minute limit."""
+    ends = [jobs.entry("rec", j) for j in parse_show_job((OUT / "show_job_ends.txt").read_text())]
+    by_name = {e.name: e for e in ends}
+    assert {n: e.status for n, e in by_name.items()} == {
+        "rec-held-job1": JobStatus.IN_PROGRESS, "rec-cancelled-job2": JobStatus.STOPPED,
+        "rec-nodefail-job3": JobStatus.FAILED, "rec-timeout-job4": JobStatus.FAILED,
+    }  # fmt: skip
+    assert "PENDING (reason JobHeldUser," in by_name["rec-held-job1"].message
+    assert "NODE_FAIL (reason NodeDown, exit 0:15, nodes workers-2" in by_name["rec-nodefail-job3"].message
+    assert by_name["rec-timeout-job4"].message.startswith(
+        "Slurm job 4 on cluster rec: TIMEOUT (reason TimeLimit"
+    )

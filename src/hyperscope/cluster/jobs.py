@@ -39,9 +39,10 @@ def store_home(state: ClusterState) -> Path:
 
 
 def cluster_key(state: ClusterState) -> str:
-    """The catalog's key of one incarnation of a cluster: a re-created cluster restarts Slurm's job
-    ids at 1, and its job 1 must not overwrite the old cluster's job 1."""
-    return f"{state.name}:{int(state.created)}"
+    """The catalog's key of one incarnation of a cluster: a cluster hyperscope re-creates restarts
+    Slurm's job ids at 1 (``slurmctld -c``), and its job 1 must not overwrite the old one's job 1.
+    An adopted cluster's ids go on across re-adoptions, so its name alone is the key."""
+    return state.name if state.provider == "existing" else f"{state.name}:{int(state.created)}"
 
 
 def expand_hostlist(text: str) -> list[str]:

@@ -69,7 +69,7 @@ def delete(name: str, home: Path) -> bool:
     if state is not None:
         _sync_quietly(name, home)
     deleted = provider_for(state.provider if state else "local", home).delete(name)
-    if state is not None:
+    if state is not None and state.provider != "existing":  # an adopted cluster's jobs run on
         with contextlib.suppress(HyperscopeError):
             jobs.cluster_gone(state)
     return deleted
@@ -220,7 +220,10 @@ def submit(name: str, home: Path, sbatch_args: list[str]) -> Submitted:
         with Store(jobs.store_home(state)) as store:
             store.catalog.remove(reserved.name)
         raise
-    synced = jobs.sync(state, slurm, link=(job_id, reserved.name))
+    try:
+        synced = jobs.sync(state, slurm, link=(job_id, reserved.name))
+    except HyperscopeError:  # the job is in; the next sync records it
+        return Submitted(job_id, reserved.name, jobs.store_home(state), "", JobStatus.IN_PROGRESS)
     live = synced.live.get(job_id)
     output = live.fields.get("StdOut", "") if live else ""
     status = next(j.status for j in synced.catalog if j.name == reserved.name)
