@@ -82,7 +82,17 @@ export interface Slice {
   value: number;
   /** Extra tooltip lines (exact figures with their units). */
   detail?: string[];
+  itemStyle?: { color: string };
 }
+
+/** Fixed colours where a slice means the same everywhere. */
+export const COLORS = {
+  busy: "#2f6fde",
+  idle: "#cfd6e2",
+  compute: "#3ba272",
+  communication: "#fc8452",
+  memory: "#9a60b4",
+} as const;
 
 interface TooltipParam {
   seriesName: string;
@@ -97,7 +107,7 @@ interface TooltipParam {
 
 /** One or two concentric pie rings; values stay in the table's units (ns, counts). */
 export function pie(rings: { name: string; slices: Slice[] }[], fmt: (v: number) => string): Option {
-  const radii: [string, string][] = rings.length > 1 ? [["0%", "42%"], ["52%", "72%"]] : [["35%", "70%"]];
+  const radii: [string, string][] = rings.length > 1 ? [["0%", "36%"], ["46%", "62%"]] : [["30%", "60%"]];
   return {
     tooltip: {
       trigger: "item",
@@ -108,14 +118,20 @@ export function pie(rings: { name: string; slices: Slice[] }[], fmt: (v: number)
         return [...lines, ...(slice.detail ?? [])].join("<br>");
       },
     },
-    legend: { type: "scroll", bottom: 0 },
+    legend: { type: "plain", bottom: 0 },
     series: rings.map((ring, i) => ({
       type: "pie",
       name: ring.name,
       radius: radii[i],
       center: ["50%", "45%"],
       avoidLabelOverlap: true,
-      label: { show: rings.length === 1 || i === 1, formatter: "{b}: {d}%" },
+      label: {
+        show: rings.length === 1 || i === 1,
+        formatter: rings.length === 1 ? "{b}\n{d}%" : "{d}%",
+        overflow: "truncate",
+        width: 90,
+      },
+      labelLine: { length: 8, length2: 8 },
       data: ring.slices,
     })),
   };
@@ -123,7 +139,8 @@ export function pie(rings: { name: string; slices: Slice[] }[], fmt: (v: number)
 
 /** A histogram of {lo_ns, hi_ns, count} rows: one bar per bin, the count its value. */
 export function histogram(table: Table, what: string): Option {
-  const labels = table.rows.map((r) => `${duration(r.lo_ns as number)} – ${duration(r.hi_ns as number)}`);
+  // each bar is labelled by its lower bound; the tooltip gives the whole bin
+  const labels = table.rows.map((r) => duration(r.lo_ns as number));
   return {
     tooltip: {
       trigger: "axis",

@@ -1,5 +1,5 @@
 // CPU panels: active time of the profiled threads, host CPU utilization over time.
-import { bucketOrigin, groupSeries, pie, utilizationLines } from "../charts";
+import { COLORS, bucketOrigin, groupSeries, pie, utilizationLines } from "../charts";
 import { count, duration } from "../format";
 import { nodeName } from "./gpu";
 import { type Panel, rowsOf } from "./types";
@@ -23,8 +23,8 @@ export const cpuTime: Panel = {
           {
             name: "CPU threads: active vs idle",
             slices: [
-              { name: "active", value: active, detail: [`summed over ${count(rows.length)} threads`] },
-              { name: "idle", value: idle, detail: [`summed over ${count(rows.length)} threads`] },
+              { name: "active", value: active, itemStyle: { color: COLORS.busy }, detail: [`summed over ${count(rows.length)} threads`] },
+              { name: "idle", value: idle, itemStyle: { color: COLORS.idle }, detail: [`summed over ${count(rows.length)} threads`] },
             ],
           },
         ],

@@ -1,6 +1,6 @@
 // GPU panels: active time, activity, memory operations, precision, utilization over time.
 import type { Row } from "../api";
-import { bucketOrigin, groupSeries, pie, utilizationLines } from "../charts";
+import { COLORS, bucketOrigin, groupSeries, pie, utilizationLines } from "../charts";
 import { bytes, count, duration, num, pct } from "../format";
 import { type Panel, rowsOf } from "./types";
 
@@ -20,20 +20,21 @@ export const gpuTime: Panel = {
           {
             name: "Busy vs idle",
             slices: [
-              { name: "busy", value: row.busy_ns as number, detail: [`span ${duration(row.span_ns as number)}`] },
-              { name: "idle", value: row.idle_ns as number, detail: [`idle ${pct(row.idle_pct as number)} of span`] },
+              { name: "busy", value: row.busy_ns as number, itemStyle: { color: COLORS.busy }, detail: [`span ${duration(row.span_ns as number)}`] },
+              { name: "idle", value: row.idle_ns as number, itemStyle: { color: COLORS.idle }, detail: [`idle ${pct(row.idle_pct as number)} of span`] },
             ],
           },
           {
             name: "Busy time by kernel type",
             slices: [
-              { name: "compute", value: row.compute_ns as number },
+              { name: "compute", value: row.compute_ns as number, itemStyle: { color: COLORS.compute } },
               {
                 name: "communication",
                 value: row.communication_ns as number,
+                itemStyle: { color: COLORS.communication },
                 detail: [`overlapped with compute: ${overlap}`],
               },
-              { name: "memory", value: row.memory_ns as number },
+              { name: "memory", value: row.memory_ns as number, itemStyle: { color: COLORS.memory } },
             ],
           },
         ],
