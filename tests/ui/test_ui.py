@@ -73,6 +73,16 @@ def test_h200_capture_charts_match_analysis(page: Any, h200: Served) -> None:
 def test_real_trace_charts_match_analysis(page: Any, real: Served) -> None:
     _search_load_and_check(page, real, "real-dlrm")
     assert len(option(page, "ranks")["xAxis"][0]["data"]) == 8  # type: ignore[index]
+    # an annotation name with spaces and '#' travels in the path
+    name = "## forward ##"
+    page.select_option("#add-chart-select", name)
+    page.click("#add-chart")
+    page.wait_for_selector(f"[data-chart='annotation:{name}'][data-state=ready]", timeout=TIMEOUT_MS)
+    with Store(real.home) as store:
+        want = annotation_histogram(store.profile(real.job), name, bins=20).to_dict()["rows"]
+    got = option(page, f"annotation:{name}")
+    assert got is not None and values(got["series"][0]) == [r["count"] for r in want]
+    assert sum(r["count"] for r in want) > 0
 
 
 def test_info_panel(page: Any, h200: Served) -> None:
@@ -93,6 +103,17 @@ def test_info_panel(page: Any, h200: Served) -> None:
 def test_unload_with_the_trash_icon(page: Any, synth: Served) -> None:
     open_jobs(page, synth.url)
     load_job(page, synth.job)
+    assert page.evaluate("Object.keys(window.__hyperscope.charts).length") == len(ALL_CHARTS)
+    # the loaded profile survives a reload; charts drawn while their page was hidden get their size
+    page.click("a[data-route=jobs]")
+    page.reload()
+    page.wait_for_function("window.__hyperscope.state === 'ready'", timeout=TIMEOUT_MS)
+    assert synth.job in page.inner_text("#loaded-bar")
+    page.click("a[data-route=dashboard]")
+    page.wait_for_function(
+        "() => Object.values(window.__hyperscope.charts).every(c => c.getWidth() > 99 && c.getHeight() > 99)",
+        timeout=TIMEOUT_MS,
+    )
     assert page.evaluate("Object.keys(window.__hyperscope.charts).length") == len(ALL_CHARTS)
     page.click("[data-testid=unload]")
     page.wait_for_selector("#loaded-bar[data-loaded=false]")
