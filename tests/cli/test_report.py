@@ -13,7 +13,7 @@ from tests.cli.test_cli import run
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("report") / "home"
-    run(home, "demo", "--ranks", "2", "--steps", "4")
+    run(home, "demo", "--synthetic", "--no-serve", "--ranks", "2", "--steps", "4")
     return home
 
 
