@@ -6,7 +6,8 @@
 # A non-zero exit marks the node and the cluster Failed with this script's output.
 set -euo pipefail
 echo "on_create: $HYPERSCOPE_NODE ($HYPERSCOPE_ROLE of group $HYPERSCOPE_GROUP) in $HYPERSCOPE_CLUSTER"
-mkdir -p "$HYPERSCOPE_SHARED_DIR/checkpoints" "$HYPERSCOPE_SHARED_DIR/profiles"
+# checkpoints, and hyperscope's store (jobs catalog + profiles; `hyperscope submit` points jobs at it)
+mkdir -p "$HYPERSCOPE_SHARED_DIR/checkpoints" "$HYPERSCOPE_SHARED_DIR/hyperscope"
 case "$HYPERSCOPE_ROLE" in
   controller) echo "controller: slurm.conf is $SLURM_CONF" ;;
   login)      echo "login: users submit from here with SLURM_CONF=$SLURM_CONF" ;;
