@@ -20,7 +20,7 @@ from hyperscope import JobStatus, Store
 from hyperscope.cluster import manage
 from hyperscope.cluster.spec import SpecError, SshSettings, load_spec
 from hyperscope.cluster.ssh import ssh_argv, start_command, stop_command, with_env
-from hyperscope.cluster.state import ClusterError, Proc, alive
+from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, alive
 
 EXAMPLE_LIFECYCLE = Path(__file__).resolve().parents[2] / "examples" / "lifecycle"
 
@@ -195,3 +195,22 @@ def test_failing_lifecycle_script_over_ssh_leaves_nothing_running(
     assert state.status == "Failed" and state.procs == [] and state.node("workers-2").status == "Failed"
     assert not Path(remote, "s1").exists()
     assert manage.delete("s1", home) and not manage.list_clusters(home)
+
+
+def test_delete_with_an_unreachable_host_keeps_what_it_could_not_stop(tmp_path: Path) -> None:
+    if shutil.which("ssh") is None:
+        pytest.skip("openssh-client not installed")
+    d = tmp_path / "clusters" / "gone"
+    d.mkdir(parents=True)
+    state = ClusterState(
+        name="gone", provider="ssh", status="InService", dir=str(d), spec_path="", spec_digest="",
+        slurm_conf="/r/gone/etc/slurm.conf", shared_dir=str(tmp_path), controller="controller-1",
+        partition="dev", ctld_port=1, run_dir="/r/gone",
+        ssh={"user": "root", "port": _free_base(1), "identity_file": None, "options": [], "remote_dir": "/r"},
+    )  # fmt: skip
+    state.nodes = [NodeState("controller-1", "controller", "controller", False, False, host="127.0.0.1")]
+    state.procs = [Proc("slurmctld", 4242, 1, "", "127.0.0.1")]
+    state.save()
+    with pytest.raises(ClusterError, match=r"could not stop everything on 127\.0\.0\.1; run delete again"):
+        manage.delete("gone", tmp_path)
+    assert manage.load("gone", tmp_path).procs == state.procs  # still recorded, for the next try

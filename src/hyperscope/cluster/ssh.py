@@ -17,6 +17,7 @@ while the start time still matches, as for the local provider.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -194,6 +195,11 @@ class SshProvider:
                 old = ClusterState.load(d)
                 if old.provider != "ssh":
                     raise ClusterError(f"cluster {spec.name!r} exists with the {old.provider} provider")
+                if old.spec_digest != spec_digest(spec) and old.status != "Failed":
+                    raise ClusterError(
+                        f"cluster {spec.name!r} exists with another spec ({old.spec_path}); "
+                        f"`hyperscope cluster delete {spec.name}` first"
+                    )
                 if old.status == "InService" and slurm_for(old).ping():
                     return old
                 self._teardown(old)
@@ -201,7 +207,8 @@ class SshProvider:
             try:
                 self._start(spec, state, progress or (lambda node, step: None))
             except BaseException as exc:
-                self._teardown(state, remove=False)
+                with contextlib.suppress(ClusterError):  # what it could not stop stays recorded
+                    self._teardown(state, remove=False)
                 state.status = "Failed"
                 state.error = str(exc) if isinstance(exc, ClusterError) else "interrupted during create"
                 state.save()
@@ -345,18 +352,32 @@ class SshProvider:
         hosts = Hosts(settings(state))
         every = list(dict.fromkeys(n.host for n in state.nodes))
         on = {h: [p for p in state.procs if p.host == h] for h in every}
-        for h in every:
-            keep = [p for p in on[h] if p.role != "slurmd"]
-            hosts.run(
-                h, stop_command([p for p in on[h] if p.role == "slurmd"], root=state.run_dir, keep=keep)
-            )
-        for role in ("slurmctld", "munged"):
+        failed: dict[str, str] = {}  # an unreachable host must not keep the others running
+
+        def each(command: Callable[[str], str]) -> None:
             for h in every:
-                hosts.run(h, stop_command([p for p in on[h] if p.role == role]))
-        state.procs = []
+                if h not in failed:
+                    try:
+                        hosts.run(h, command(h))
+                    except ClusterError as exc:
+                        failed[h] = str(exc)
+
+        keep = {h: [p for p in on[h] if p.role != "slurmd"] for h in every}
+        each(
+            lambda h: stop_command([p for p in on[h] if p.role == "slurmd"], root=state.run_dir, keep=keep[h])
+        )
+        each(lambda h: stop_command([p for p in on[h] if p.role == "slurmctld"]))
+        each(lambda h: stop_command([p for p in on[h] if p.role == "munged"]))
+        each(lambda h: f"rm -rf {shlex.quote(state.run_dir)}")
         for h in every:
-            hosts.run(h, f"rm -rf {shlex.quote(state.run_dir)}", check=False)
             hosts.close(h)
+        state.procs = [p for p in state.procs if p.host in failed]
+        if failed:  # keep the state, so `delete` can be run again once the hosts answer
+            state.save()
+            raise ClusterError(
+                f"cluster {state.name}: could not stop everything on {', '.join(failed)}; run delete "
+                "again once they answer:\n" + "\n".join(failed.values())
+            )
         if remove:
             shutil.rmtree(state.dir, ignore_errors=True)
         else:
