@@ -32,10 +32,17 @@ def test_a_catalog_from_before_slurm_jobs_opens_and_keeps_its_rows(tmp_path: Pat
     db.executescript(_OLD_SCHEMA)
     db.close()
     cat = Catalog(tmp_path / "c.sqlite")
-    assert [j.name for j in cat.jobs()] == ["old"]
+    assert [j.name for j in cat.jobs()] == ["old"] and cat.slurm_jobs("demo:1") == {}
+
+    def columns() -> set[str]:
+        with sqlite3.connect(tmp_path / "c.sqlite") as db:
+            return {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+
+    assert "slurm_job_id" not in columns()  # opening and reading write nothing
     _upsert(cat, "demo:1", 7, "demo-wrap-7", JobStatus.IN_PROGRESS, ["w-1"])
+    assert {"slurm_cluster", "slurm_job_id"} <= columns()
     cat.close()
-    again = Catalog(tmp_path / "c.sqlite")  # the migration runs once; reopening is a no-op
+    again = Catalog(tmp_path / "c.sqlite")
     assert sorted(again.slurm_jobs("demo:1")) == [7]
     assert {j.name for j in again.jobs()} == {"old", "demo-wrap-7"}
 

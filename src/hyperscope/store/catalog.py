@@ -126,7 +126,6 @@ class Catalog:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA foreign_keys=ON")
                 self._db.executescript(_SCHEMA)
-                _migrate(self._db)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -326,6 +325,7 @@ class Catalog:
         ``name-2``… With ``slurm_job_id=None`` it only reserves such an entry.
         """
         with self._write() as db:
+            _add_slurm_columns(db)
             row = None
             if slurm_job_id is not None:
                 row = db.execute(
@@ -360,6 +360,8 @@ class Catalog:
 
     def slurm_jobs(self, cluster: str) -> dict[int, Job]:
         """The jobs of one cluster (key as in :meth:`upsert_slurm_job`) by Slurm job id."""
+        if "slurm_job_id" not in _columns(self._db):  # a catalog no Slurm job was written to
+            return {}
         rows = self._db.execute(
             _JOB_SELECT.replace(" FROM", ", slurm_job_id FROM")
             + " WHERE slurm_cluster = ? AND slurm_job_id IS NOT NULL",
@@ -430,16 +432,17 @@ class Catalog:
 _JOB_SELECT: Final = "SELECT id, name, created_ns, updated_ns, status, nodes, ranks, message FROM jobs"
 
 
-def _migrate(db: sqlite3.Connection) -> None:
-    """Columns added after the first release; a catalog written before them opens unchanged."""
-    have = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {str(r[1]) for r in db.execute("PRAGMA table_info(jobs)")}
+
+
+def _add_slurm_columns(db: sqlite3.Connection) -> None:
+    """Added on the first Slurm job written, inside that write's transaction (so two writers never
+    both add them), never on open: reading a store, read-only ones included, writes nothing."""
+    have = _columns(db)
     for column in ("slurm_cluster TEXT NOT NULL DEFAULT ''", "slurm_job_id INTEGER"):
         if column.split()[0] not in have:
-            try:
-                db.execute(f"ALTER TABLE jobs ADD COLUMN {column}")
-            except sqlite3.OperationalError as exc:  # another process added it first
-                if "duplicate column" not in str(exc):
-                    raise
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {column}")
     db.execute(
         "CREATE UNIQUE INDEX IF NOT EXISTS jobs_slurm ON jobs(slurm_cluster, slurm_job_id) "
         "WHERE slurm_job_id IS NOT NULL"
