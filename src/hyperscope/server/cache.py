@@ -53,7 +53,7 @@ class Lru(Generic[K, V]):
 class ProfileCache:
     """Opened profiles and answers computed on them, keyed by profile id (checked by the caller)."""
 
-    def __init__(self, home: Path, *, profiles: int = 64, answers: int = 256) -> None:
+    def __init__(self, home: Path, *, profiles: int = 64, answers: int = 128) -> None:
         self.home = home
         self._profiles: Lru[str, Profile] = Lru(profiles)
         self._answers: Lru[tuple[Hashable, ...], object] = Lru(answers)
