@@ -245,3 +245,17 @@ def test_a_failed_job_whose_other_ranks_still_write_is_not_cached(tmp_path: Path
         assert dash == [False, False]
         info = client.get(f"/api/profiles/{H200_PROFILE}").json()
         assert info["status"] == "Failed" and "rank 0 failed" in info["notes"]
+
+
+def test_prewarm_computes_the_newest_finished_profile_at_start(home: Home, tmp_path: Path) -> None:
+    import threading
+
+    with local(create_app(home.path, static_dir=tmp_path, prewarm=1)) as client:
+        for thread in threading.enumerate():
+            if thread.name == "hyperscope-prewarm":
+                thread.join(120)
+        newest = client.get("/api/jobs?limit=1").json()["jobs"][0]["latest_profile"]
+        assert newest == home.big
+        assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is True
+        assert client.get(f"/api/profiles/{home.big}/dashboard?top_k=15&buckets=50").json()["cached"] is True
+        assert client.get(f"/api/profiles/{home.multi}/dashboard").json()["cached"] is False  # only one

@@ -7,8 +7,10 @@ analysis under the query limits, caches what cannot change, and turns our errors
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -52,6 +54,9 @@ from hyperscope.store.store import Store
 
 #: annotation names offered by the filter bar: most frequent first, then cut
 MAX_ANNOTATION_NAMES: Final = 1000
+#: the dashboard's defaults: the kernels and annotations listed, the utilization chart's buckets
+TOP_K: Final = 15
+BUCKETS: Final = 50
 _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     code: {"model": ErrorOut, "description": text}
     for code, text in (
@@ -81,19 +86,69 @@ def create_app(
     query_timeout_s: float = 30.0,
     max_rows: int = 100_000,
     static_dir: Path = static.STATIC_DIR,
+    prewarm: int = 0,
 ) -> FastAPI:
     """The API and the front end over the store at ``home`` (created when missing).
 
     ``token`` guards every path when given (see :mod:`hyperscope.server.auth`); ``serve()`` makes
     one up whenever the server listens beyond loopback. ``static_dir`` holds the built front end
-    (tests point it elsewhere).
+    (tests point it elsewhere). ``prewarm``: at start, compute in the background the filters and
+    default dashboard of that many newest finished profiles, since the first look at a large
+    profile is the one slow answer (seconds at 10M events) and is usually the newest job's.
     """
     home = Path(home).expanduser()
     Store(home).close()  # the catalog exists before the first read-only connection
     catalog = CatalogReader(home)
     cache = ProfileCache(home)
     limits = QueryLimits(query_timeout_s, max_rows)
+
+    def open_profile(profile_id: str) -> tuple[ProfileHit, Profile]:
+        hit = catalog.profile(profile_id)
+        return hit, cache.profile(hit.ref.id, hit.live)
+
+    def filters_answer(hit: ProfileHit, profile: Profile) -> FiltersOut:
+        found, _ = cache.answer(
+            (hit.ref.id, "filters"), hit.live, lambda: limits.run(profile, _filters, "listing the filters")
+        )
+        return found
+
+    def dashboard_answer(
+        hit: ProfileHit, profile: Profile, scope: Scope, top_k: int, buckets: int
+    ) -> tuple[dict[str, Any], bool]:
+        def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            tables = dashboard(con, scope, top_k=top_k, buckets=buckets)
+            limits.check_rows(tables)
+            return to_json(tables)
+
+        key = (hit.ref.id, "dashboard", scope, top_k, buckets)
+        return cache.answer(key, hit.live, lambda: limits.run(profile, work, "the dashboard"))
+
+    def warm() -> None:
+        """What the UI asks first for the newest finished profiles, as a request without filters."""
+        done = 0
+        for job in catalog.jobs(JobQuery(limit=MAX_LIMIT)).jobs:
+            if done >= prewarm:
+                return
+            if job.latest_profile is None:
+                continue
+            try:
+                hit, profile = open_profile(job.latest_profile)
+                if hit.live:
+                    continue
+                filters_answer(hit, profile)
+                dashboard_answer(hit, profile, _scope(None, None, None), TOP_K, BUCKETS)
+            except Exception:  # a broken profile is reported when someone asks for it
+                pass
+            done += 1
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if prewarm > 0:
+            threading.Thread(target=warm, name="hyperscope-prewarm", daemon=True).start()
+        yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="hyperscope",
         version=__version__,
         description="Profiles of PyTorch training: jobs, profiles and the dashboard's tables.",
@@ -107,10 +162,6 @@ def create_app(
     # A dashboard is ~100 KB of JSON, a tenth of that compressed: it matters beyond loopback.
     app.add_middleware(GZipMiddleware, minimum_size=4096)
     auth.install(app, token)
-
-    def open_profile(profile_id: str) -> tuple[ProfileHit, Profile]:
-        hit = catalog.profile(profile_id)
-        return hit, cache.profile(hit.ref.id, hit.live)
 
     @app.get("/api/jobs", response_model=JobListOut, responses=_ERRORS, tags=["jobs"])
     def list_jobs(
@@ -186,13 +237,7 @@ def create_app(
     )
     def get_filters(profile_id: str) -> FiltersOut:
         """What the filter bar offers: nodes, ranks, the step range, annotation names."""
-        hit, profile = open_profile(profile_id)
-        found, _ = cache.answer(
-            (hit.ref.id, "filters"),
-            hit.live,
-            lambda: limits.run(profile, _filters, "listing the filters"),
-        )
-        return found
+        return filters_answer(*open_profile(profile_id))
 
     @app.get(
         "/api/profiles/{profile_id}/dashboard",
@@ -205,24 +250,14 @@ def create_app(
         node: NodeParam = None,
         rank: RankParam = None,
         steps: StepsParam = None,
-        top_k: Annotated[int, Query(ge=1, le=1000, description="kernels and annotations listed")] = 15,
-        buckets: Annotated[int, Query(ge=1, le=1000, description="utilization chart buckets")] = 50,
+        top_k: Annotated[int, Query(ge=1, le=1000, description="kernels and annotations listed")] = TOP_K,
+        buckets: Annotated[int, Query(ge=1, le=1000, description="utilization chart buckets")] = BUCKETS,
     ) -> Response:
         """Every table of ``hyperscope.analysis.dashboard()`` for one scope."""
         started = time.perf_counter()
         hit, profile = open_profile(profile_id)
         scope = _scope(node, rank, steps)
-
-        def compute() -> dict[str, Any]:
-            def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-                tables = dashboard(con, scope, top_k=top_k, buckets=buckets)
-                limits.check_rows(tables)
-                return to_json(tables)
-
-            return limits.run(profile, work, "the dashboard")
-
-        key = (hit.ref.id, "dashboard", scope, top_k, buckets)
-        tables, cached = cache.answer(key, hit.live, compute)
+        tables, cached = dashboard_answer(hit, profile, scope, top_k, buckets)
         body = {"tables": tables, "scope": _scope_out(scope), "cached": cached}
         return _json({**body, "elapsed_ms": round((time.perf_counter() - started) * 1e3, 3)})
 

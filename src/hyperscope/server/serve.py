@@ -66,18 +66,20 @@ def serve(
     token: str | None = None,
     query_timeout_s: float = 30.0,
     max_rows: int = 100_000,
+    prewarm: int = 1,
     announce: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the UI over the store at ``home`` until interrupted.
 
     Beyond loopback a token is required (made up here unless given), since anyone on the network
     could otherwise read the profiles. ``announce`` receives the lines a user needs (default:
-    printed, flushed at once so a script reading the output sees the port).
+    printed, flushed at once so a script reading the output sees the port). ``prewarm``: the
+    newest finished profiles whose dashboard is computed at start (see ``create_app``).
     """
     say = announce or (lambda line: print(line, flush=True))
     if token is None and not is_loopback(host):
         token = new_token()
-    app = create_app(home, token=token, query_timeout_s=query_timeout_s, max_rows=max_rows)
+    app = create_app(home, token=token, query_timeout_s=query_timeout_s, max_rows=max_rows, prewarm=prewarm)
     sock = bind(host, port)
     address = Address(host, int(sock.getsockname()[1]), token)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
