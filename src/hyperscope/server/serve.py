@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import webbrowser
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,4 +103,4 @@ def _open_when_ready(server: uvicorn.Server, url: str) -> None:
         if server.started:
             webbrowser.open(url)
             return
-        threading.Event().wait(0.05)
+        time.sleep(0.05)
