@@ -283,12 +283,7 @@ def demo(
     """Profile a small transformer for real (PyTorch installed), else import a generated sample
     multi-rank trace; print its summary, then serve the web UI on it (stop with Ctrl+C)."""
     with _store(home) as store:
-        existing = {j.name for j in store.jobs()}
-        name, n = job, 1
-        while name in existing:
-            n += 1
-            name = f"{job}-{n}"
-        home_dir = store.home
+        name, home_dir = _demo_name(store, job), store.home
     example = None if synthetic else _demo_example()
     profiled = None
     if example is not None:
@@ -297,6 +292,9 @@ def demo(
         if problem:
             err.print(Text(f"the example could not be profiled ({problem}); using a generated sample"))
     if profiled is None:
+        if example is not None:  # the failed run may have left its job: the sample gets its own
+            with _store(home_dir) as store:
+                name = _demo_name(store, job)
         try:
             report = _demo_sample(home_dir, name, ranks, steps)
         except HyperscopeError as exc:
@@ -320,6 +318,16 @@ def demo(
 
 #: the example `hyperscope demo` profiles; present in a clone of the repository, not in a wheel
 _DEMO_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_transformer.py"
+
+
+def _demo_name(store: Store, job: str) -> str:
+    """``job``, else ``job-2``, ``job-3``, ...: a demo never adds to an earlier job."""
+    existing = {j.name for j in store.jobs()}
+    name, n = job, 1
+    while name in existing:
+        n += 1
+        name = f"{job}-{n}"
+    return name
 
 
 def _demo_example() -> Path | None:
