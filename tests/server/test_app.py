@@ -259,3 +259,28 @@ def test_prewarm_computes_the_newest_finished_profile_at_start(home: Home, tmp_p
         assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is True
         assert client.get(f"/api/profiles/{home.big}/dashboard?top_k=15&buckets=50").json()["cached"] is True
         assert client.get(f"/api/profiles/{home.multi}/dashboard").json()["cached"] is False  # only one
+
+
+def test_the_server_only_reads_an_existing_store(tmp_path: Path) -> None:
+    import hashlib
+
+    home = tmp_path / "home"
+    shutil.copytree(H200, home)
+
+    def contents() -> dict[str, str]:
+        files = [p for p in home.rglob("*") if p.is_file() and not p.name.endswith(("-wal", "-shm"))]
+        return {str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+    before = contents()
+    with local(create_app(home, static_dir=tmp_path / "none", prewarm=1)) as client:
+        for path in ("/api/jobs", "/api/jobs/1", f"/api/profiles/{H200_PROFILE}", "/nowhere"):
+            assert client.get(path).status_code == 200
+        for what in ("filters", "dashboard?rank=0", "annotations/data/histogram"):
+            assert client.get(f"/api/profiles/{H200_PROFILE}/{what}").status_code == 200
+    assert contents() == before
+
+
+def test_a_new_store_is_created_empty(tmp_path: Path) -> None:
+    with local(create_app(tmp_path / "new", static_dir=tmp_path / "none")) as client:
+        assert client.get("/api/jobs").json() == {"total": 0, "jobs": []}
+    assert (tmp_path / "new" / "catalog.sqlite").is_file()

@@ -33,6 +33,7 @@ from hyperscope.analysis import (
 )
 from hyperscope.analysis._common import STEP_NAME_SQL
 from hyperscope.errors import JobNotFound, StoreError, UsageError
+from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server import auth, static
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
@@ -97,7 +98,8 @@ def create_app(
     profile is the one slow answer (seconds at 10M events) and is usually the newest job's.
     """
     home = Path(home).expanduser()
-    Store(home).close()  # the catalog exists before the first read-only connection
+    if not (home / CATALOG_FILE).is_file():  # an empty store; an existing one is only read
+        Store(home).close()
     catalog = CatalogReader(home)
     cache = ProfileCache(home)
     limits = QueryLimits(query_timeout_s, max_rows)

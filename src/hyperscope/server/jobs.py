@@ -157,15 +157,26 @@ class CatalogReader:
                     f"profile {profile_id!r}: not in the catalog (removed, or in another store?)"
                 )
             row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.id = ?", (ref[7],)).fetchone()
-            running = db.execute(
-                "SELECT count(*) FROM profile_ranks WHERE profile_id = ? AND status = ?",
-                (profile_id, RankStatus.RUNNING.value),
-            ).fetchone()[0]
+            running = _running_ranks(db, profile_id)
         if row is None:  # a profile row outlives its job only inside a concurrent delete
             raise ProfileNotFound(f"profile {profile_id!r}: its job was just removed")
         job = _job(row)
         live = job.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) or int(running) > 0
         return ProfileHit(_ref(ref[:7]), job, live)
+
+
+def _running_ranks(db: sqlite3.Connection, profile_id: str) -> int:
+    """Ranks of a capture still writing; 0 in a catalog older than captures (no such table)."""
+    try:
+        row = db.execute(
+            "SELECT count(*) FROM profile_ranks WHERE profile_id = ? AND status = ?",
+            (profile_id, RankStatus.RUNNING.value),
+        ).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return 0
+        raise
+    return int(row[0])
 
 
 def _job(row: Sequence[object]) -> JobOut:
