@@ -284,3 +284,14 @@ def test_a_new_store_is_created_empty(tmp_path: Path) -> None:
     with local(create_app(tmp_path / "new", static_dir=tmp_path / "none")) as client:
         assert client.get("/api/jobs").json() == {"total": 0, "jobs": []}
     assert (tmp_path / "new" / "catalog.sqlite").is_file()
+
+
+def test_answers_match_their_documented_models(client: TestClient, home: Home) -> None:
+    """The two endpoints that send pre-encoded JSON still answer what /api/openapi.json says."""
+    from hyperscope.server.models import AnnotationHistogramOut, DashboardOut
+
+    body = client.get(f"/api/profiles/{home.h200}/dashboard?steps=2:5").json()
+    assert DashboardOut.model_validate(body).scope.steps == [2, 5]
+    for query in ("", "?steps=900"):
+        hist = client.get(f"/api/profiles/{home.h200}/annotations/forward/histogram{query}").json()
+        AnnotationHistogramOut.model_validate(hist)
