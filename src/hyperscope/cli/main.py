@@ -45,6 +45,7 @@ app = typer.Typer(
         "Start with `hyperscope demo`, or import traces that torch.profiler wrote:\n\n"
         "  hyperscope import ./traces/ --job resnet-run-3\n\n"
         "  hyperscope jobs --search resnet\n\n"
+        "  hyperscope ui    (the jobs and their dashboards in a browser)\n\n"
         "  hyperscope export resnet-run-3 --chrome resnet.json.gz"
     ),
     no_args_is_help=True,
