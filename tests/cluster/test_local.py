@@ -85,7 +85,8 @@ def test_create_run_delete(
     assert [p.pid for p in again.procs] == [p.pid for p in state.procs]
 
     procs = ClusterState.load(Path(state.dir)).procs
-    assert {p.role for p in procs} == {"munged", "slurmctld", "slurmd"} and len(procs) == 7
+    # munged, slurmctld, 5 slurmds (4 workers + 1 spare) and the recovery agent
+    assert {p.role for p in procs} == {"munged", "slurmctld", "slurmd", "agent"} and len(procs) == 8
     assert provider.delete("t1")
     assert not any(alive(p) for p in procs)
     assert _ours(Path(state.dir)) == []

@@ -88,6 +88,9 @@ def _valid() -> dict[str, Any]:
         (lambda d: d.update(slurm={"port_base": 80}), "slurm.port_base", "80"),
         (lambda d: d.update(slurm={"timeout": 3}), "slurm.timeout", None),
         (lambda d: d.update(extra=1), "extra", None),
+        (lambda d: d.update(recovery={"health_check_interval": 0}), "recovery.health_check_interval", "0"),
+        (lambda d: d.update(recovery={"agent": "yes"}), "recovery.agent", "'yes'"),
+        (lambda d: d.update(recovery={"hang": 3}), "recovery.hang", None),
     ],
 )
 def test_invalid_values_are_named(edit: Any, key: str, value: str | None) -> None:
@@ -104,3 +107,11 @@ def test_invalid_values_are_named(edit: Any, key: str, value: str | None) -> Non
 def test_top_level_must_be_mapping() -> None:
     with pytest.raises(SpecError, match=r"\(top level\): must be a mapping"):
         parse_spec(["x"], Path("c.yaml"))
+
+
+def test_recovery_defaults_and_settings() -> None:
+    data = _valid()
+    assert parse_spec(data, DATA / "valid.yaml").recovery.health_check_interval == 5
+    data["recovery"] = {"agent": False, "hang_timeout_s": 20, "max_attempts": 2}
+    r = parse_spec(data, DATA / "valid.yaml").recovery
+    assert (r.agent, r.hang_timeout_s, r.max_attempts, r.health_check_interval) == (False, 20, 2, 5)

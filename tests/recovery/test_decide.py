@@ -81,3 +81,14 @@ def test_hung_jobs_are_requeued_then_stopped_after_the_last_attempt() -> None:
     assert [(a.kind, a.job) for a in actions] == [(Kind.REQUEUE, "13"), (Kind.STOP, "14")]
     assert actions[0].reason == "no progress for 61 s (hang timeout 60 s); attempt 2 of 2"
     assert actions[1].reason.endswith("2 attempts made, at most 2: stopped")
+
+
+def test_a_node_whose_slurmd_is_gone_is_replaced_before_slurm_notices() -> None:
+    nodes = [
+        NodeView("w1", "workers", "ALLOCATED", daemon_alive=False),
+        NodeView("s1", "workers", "IDLE", spare=True, daemon_alive=False),  # a dead spare is no spare
+        NodeView("s2", "workers", "IDLE", spare=True),
+    ]
+    assert decide_nodes(nodes, {}) == [
+        Action(Kind.REPLACE, ("w1", "s2"), "not responding (its slurmd is gone)")
+    ]

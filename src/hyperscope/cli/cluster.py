@@ -118,6 +118,8 @@ def describe(name: NameArg, home: HomeOption = None) -> None:
     out.print(facts)
     if s.error:
         out.print(Text("error: ", style="bold red") + Text(s.error))
+    for note in s.notes:
+        out.print(Text("note: ", style="bold yellow") + Text(note))
     groups = Table("group", "role", "nodes", "spares")
     for g, role, count, spares in d.groups:
         groups.add_row(g, role, str(count), str(spares))
@@ -139,7 +141,7 @@ def list_nodes(name: NameArg, home: HomeOption = None) -> None:
         rows = manage.list_nodes(name, _home(home))
     except HyperscopeError as exc:
         _fail(exc)
-    table = Table("group", "role", "status", "slurm state", "health", "since", "replacements")
+    table = Table("group", "role", "status", "slurm state", "health", "since", "replacements", "last action")
     table.columns.insert(0, Column("node", no_wrap=True))
     for r in rows:
         role = f"{r.role} (spare)" if r.spare else r.role
@@ -153,9 +155,35 @@ def list_nodes(name: NameArg, home: HomeOption = None) -> None:
             r.health,
             r.since,
             str(r.replacements),
+            r.last_action,
             style=style,
         )
     out.print(table)
+
+
+NodeArg = Annotated[str, typer.Argument(help="The node (as list-nodes names it).", metavar="NODE")]
+
+
+def _mark(name: str, node: str, action: str, home: Path | None) -> None:
+    try:
+        command = manage.mark_node(name, _home(home), node, action)
+    except HyperscopeError as exc:
+        _fail(exc)
+    out.print(
+        f"{command}\nthe recovery agent will {action} {node}; `hyperscope cluster list-nodes {name}` shows it"
+    )
+
+
+@cluster_app.command("replace-node")
+def replace_node(name: NameArg, node: NodeArg, home: HomeOption = None) -> None:
+    """Mark a node for replacement (Slurm reason Action:Replace); the agent replaces it."""
+    _mark(name, node, "replace", home)
+
+
+@cluster_app.command("reboot-node")
+def reboot_node(name: NameArg, node: NodeArg, home: HomeOption = None) -> None:
+    """Mark a node for a reboot (Slurm reason Action:Reboot); the agent reboots it."""
+    _mark(name, node, "reboot", home)
 
 
 @cluster_app.command("delete")

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from hyperscope import __version__
 from hyperscope.cli._options import HomeOption, err, out
+from hyperscope.cli.agent import agent_command
 from hyperscope.cli.cluster import cluster_app, submit
 from hyperscope.cli.health import health_command
 from hyperscope.cli.profile import profile as profile_command
@@ -372,6 +373,7 @@ app.command("profile")(profile_command)
 app.command("report")(report_command)
 app.command("ui")(ui_command)
 app.command("health")(health_command)
+app.command("agent")(agent_command)
 app.add_typer(cluster_app, name="cluster")
 app.command("submit")(submit)
 

@@ -17,12 +17,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hyperscope.cluster import conf
+from hyperscope.cluster import conf, hooks
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import (
@@ -42,6 +43,8 @@ from hyperscope.cluster.state import (
 
 #: Set in every daemon's environment; slurmstepds inherit it, which is how delete finds them.
 MARKER = "HYPERSCOPE_CLUSTER_DIR"
+#: Set in a slurmd's environment: its slurmstepds inherit it, which is how one node's are found.
+NODE_MARKER = "HYPERSCOPE_SLURMD_NODE"
 ON_CREATE_TIMEOUT_S = 600.0
 IDLE_TIMEOUT_S = 30.0
 _OUTPUT_TAIL = 4000
@@ -171,12 +174,16 @@ class LocalProvider:
                 )
             )
         conf.write_files(spec, state)
+        with open(state.slurm_conf, "a") as f:  # the health check and --auto-resume
+            f.write("\n".join(hooks.install(spec, state)) + "\n")
         spec.shared_dir.mkdir(parents=True, exist_ok=True)
         state.save()
         return state
 
     def _popen(self, state: ClusterState, role: str, argv: list[str], log: str, node: str = "") -> Proc:
         env = {**os.environ, "SLURM_CONF": state.slurm_conf, MARKER: state.dir}
+        if node:  # inherited by the node's slurmstepds: how a node's own processes are found
+            env[NODE_MARKER] = node
         with open(Path(state.dir) / "log" / log, "ab") as out:
             child = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -211,10 +218,7 @@ class LocalProvider:
             self._on_create(spec, state, node, groups[node.group].gpus_per_node)
             if node.slurm:
                 say(node.name, "starting slurmd")
-                self._popen(
-                    state, "slurmd", ["slurmd", "-D", "-N", node.name, "-f", state.slurm_conf],
-                    f"slurmd-{node.name}.out", node.name,
-                )  # fmt: skip
+                self.start_slurmd(state, node)
             else:
                 node.status, node.since = "Running", time.time()
         wanted = {n.name for n in state.nodes if n.slurm}
@@ -228,6 +232,34 @@ class LocalProvider:
             if node.slurm:
                 node.status, node.since = "Running", time.time()
                 say(node.name, "idle")
+        if spec.recovery.agent:
+            say(state.controller, "starting the recovery agent")
+            self.start_agent(state)
+
+    def start_agent(self, state: ClusterState) -> Proc:
+        """``hyperscope agent`` on the controller: one more tracked daemon, stopped first by delete."""
+        argv = [
+            sys.executable,
+            "-m",
+            "hyperscope",
+            "agent",
+            "--cluster",
+            state.name,
+            "--home",
+            str(self.home),
+        ]
+        return self._popen(state, "agent", argv, "agent.out")
+
+    def start_slurmd(self, state: ClusterState, node: NodeState) -> Proc:
+        return self._popen(
+            state, "slurmd", ["slurmd", "-D", "-N", node.name, "-f", state.slurm_conf],
+            f"slurmd-{node.name}.out", node.name,
+        )  # fmt: skip
+
+    def run_on_create(self, spec: ClusterSpec, state: ClusterState, node: NodeState) -> None:
+        """``on_create.sh`` for one node, as at create (a fresh node replacing a failed one)."""
+        gpus = {g.name: g.gpus_per_node for g in spec.groups}[node.group]
+        self._on_create(spec, state, node, gpus)
 
     def _on_create(self, spec: ClusterSpec, state: ClusterState, node: NodeState, gpus: int) -> None:
         env = {
@@ -306,7 +338,9 @@ class LocalProvider:
         return True
 
     def _teardown(self, state: ClusterState, *, remove: bool = True) -> None:
-        """slurmds, then their slurmstepds and job tasks, then slurmctld, then munged."""
+        """The agent (so it replaces nothing meanwhile), slurmds, then their slurmstepds and job
+        tasks, then slurmctld, then munged."""
+        stop([p for p in state.procs if p.role == "agent"])
         daemons = {p.pid for p in state.procs}
         strays = processes_with_env([f"{MARKER}={state.dir}"]) + processes_with_env(
             [f"SLURM_CONF={state.slurm_conf}"], require="SLURM_JOB_ID"

@@ -124,6 +124,7 @@ class NodeRow:
     health: str  # healthy, unhealthy (with Slurm's reason), unknown
     since: str  # ISO time of our last status change
     replacements: int
+    last_action: str  # the recovery agent's last decision about it, with its reason ("" = none)
 
 
 def _health(node: Node | None, has_slurmd: bool, running: bool) -> str:
@@ -160,9 +161,28 @@ def list_nodes(name: str, home: Path) -> list[NodeRow]:
                 health=_health(s, n.slurm, running and n.status == "Running"),
                 since=dt.datetime.fromtimestamp(n.since, dt.UTC).isoformat(timespec="seconds"),
                 replacements=n.replacements,
+                last_action=n.last_action,
             )
         )
     return rows
+
+
+#: What ``replace-node`` / ``reboot-node`` set, as HyperPod users do with ``scontrol``; the agent acts on it.
+MARKS = {"replace": "Action:Replace", "reboot": "Action:Reboot"}
+
+
+def mark_node(name: str, home: Path, node: str, action: str) -> str:
+    """Ask the agent to replace or reboot ``node``: Slurm state FAIL with the reason
+    ``Action:Replace``/``Action:Reboot`` (the node stops taking jobs at once). The command run."""
+    state = load(name, home)
+    n = state.node(node)
+    if not n.slurm:
+        raise ClusterError(f"node {node} of cluster {name!r} runs no slurmd ({n.role}); nothing to {action}")
+    if action not in MARKS:
+        raise ClusterError(f"unknown node action {action!r}; use replace or reboot")
+    argv = ("scontrol", "update", f"nodename={node}", "state=fail", f"reason={MARKS[action]}")
+    _slurm(state).run(*argv)
+    return " ".join(argv)
 
 
 def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str, str], Path]:
@@ -195,6 +215,10 @@ def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str,
     return env, Path(state.shared_dir)
 
 
+#: a user's own settings of these win over submit's defaults
+_USER_OVERRIDES = ("HYPERSCOPE_HEARTBEAT_DIR", "HYPERSCOPE_CHECKPOINT_DIR")
+
+
 @dataclass(frozen=True, slots=True)
 class Submitted:
     job_id: int  # Slurm's
@@ -213,7 +237,14 @@ def submit(name: str, home: Path, sbatch_args: list[str]) -> Submitted:
         raise ClusterError(f"cluster {name!r} is {state.status}, not InService; nothing submitted")
     slurm = _slurm(state)
     reserved = jobs.reserve(state, jobs.submit_name(state.name, sbatch_args))
-    env = {"HYPERSCOPE_HOME": str(jobs.store_home(state)), "HYPERSCOPE_JOB": reserved.name}
+    env = {
+        "HYPERSCOPE_HOME": str(jobs.store_home(state)),
+        "HYPERSCOPE_JOB": reserved.name,
+        # progress for the agent's hang detection, and where hyperscope.checkpoint saves
+        "HYPERSCOPE_HEARTBEAT_DIR": str(Path(state.shared_dir) / "hyperscope" / "heartbeats"),
+        "HYPERSCOPE_CHECKPOINT_DIR": str(Path(state.shared_dir) / "checkpoints" / reserved.name),
+        **{k: v for k, v in os.environ.items() if k in _USER_OVERRIDES},
+    }
     try:
         job_id = slurm.submit(*sbatch_args, env=env)
     except BaseException:

@@ -72,6 +72,21 @@ class SlurmSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoverySettings:
+    """The resilience of a local cluster (docs/resilience.md): Slurm's health check every
+    ``health_check_interval`` s, and the agent on the controller that replaces failed nodes and
+    requeues hung jobs. ``agent: false`` leaves recovery to plain Slurm (what the benchmark compares)."""
+
+    agent: bool = True
+    health_check_interval: int = 5
+    #: a job whose every rank has been silent this long (heartbeats) is treated as failed
+    hang_timeout_s: int = 300
+    #: hung-job requeues before the agent stops the job instead
+    max_attempts: int = 3
+    max_reboots: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class SshSettings:
     """How the ssh provider reaches its hosts with the system's OpenSSH; root, because slurmd
     must run as root."""
@@ -96,6 +111,7 @@ class ClusterSpec:
     #: the existing provider: the slurm.conf of a cluster the user already runs
     slurm_conf: Path | None = None
     ssh: SshSettings | None = None  # the ssh provider only
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
     @property
     def on_create(self) -> Path:
@@ -225,6 +241,25 @@ def _slurm(src: Path, raw: object) -> SlurmSettings:
     return SlurmSettings(**values)
 
 
+def _recovery(src: Path, raw: object) -> RecoverySettings:
+    d = _mapping(src, "recovery", {} if raw is None else raw, set(RecoverySettings.__slots__))
+    defaults = RecoverySettings()
+    agent = d.get("agent", defaults.agent)
+    if not isinstance(agent, bool):
+        raise SpecError(src, "recovery.agent", "must be true or false", agent)
+    limits = {
+        "health_check_interval": (1, 3600),
+        "hang_timeout_s": (2, 7 * 86400),
+        "max_attempts": (0, 100),
+        "max_reboots": (0, 100),
+    }
+    values: dict[str, Any] = {
+        k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
+        for k, (lo, hi) in limits.items()
+    }
+    return RecoverySettings(agent=agent, **values)
+
+
 def _dir(src: Path, key: str, value: object) -> Path:
     if not isinstance(value, str) or not value:
         raise SpecError(src, key, "must be a path (relative paths start at the spec's folder)", value)
@@ -255,7 +290,7 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
     The existing provider adopts a running Slurm: it names its ``slurm_conf`` and has neither
     instance groups nor lifecycle scripts (hyperscope starts nothing there)."""
     top = {"name", "provider", "instance_groups", "lifecycle_scripts", "shared_dir", "slurm"}
-    top |= {"slurm_conf", "ssh"}
+    top |= {"slurm_conf", "ssh", "recovery"}
     d = _mapping(source, "", data, top)
     provider = d.get("provider", "local")
     if provider not in PROVIDERS:
@@ -296,6 +331,7 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
         source=source.resolve(),
         slurm_conf=slurm_conf,
         ssh=_ssh(source, d.get("ssh")) if provider == "ssh" else None,
+        recovery=_recovery(source, d.get("recovery")),
     )
 
 

@@ -24,7 +24,7 @@ from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.errors import HyperscopeError
 
 Status = Literal["Creating", "InService", "Updating", "Failed", "Deleting"]
-NodeStatus = Literal["Pending", "Configuring", "Running", "Failed"]
+NodeStatus = Literal["Pending", "Configuring", "Running", "Rebooting", "Replacing", "Failed"]
 STATE_FILE = "cluster.json"
 CLUSTERS_DIR = "clusters"
 
@@ -63,6 +63,7 @@ class NodeState:
     output: str = ""  # the tail of on_create.sh's output
     replacements: int = 0
     host: str = ""  # the ssh provider's: the address hyperscope reaches the node at
+    last_action: str = ""  # the agent's last decision about this node, with its reason
 
 
 @dataclass(slots=True)
@@ -87,6 +88,8 @@ class ClusterState:
     #: the ssh provider's connection settings (SshSettings as JSON); {} for the others
     ssh: dict[str, Any] = field(default_factory=dict)
     updated: float = field(default_factory=time.time)
+    #: what create could not set up but did not need to fail for (e.g. no SPANK plugin)
+    notes: list[str] = field(default_factory=list)
 
     def node(self, name: str) -> NodeState:
         for n in self.nodes:

@@ -6,8 +6,9 @@ The rules, in order of precedence for one node:
 
 1. An operator's mark wins: a node set to ``fail``/``drain`` with the reason ``Action:Replace`` or
    ``Action:Reboot`` (as HyperPod users mark nodes), case-insensitive.
-2. A node that does not respond (Slurm: ``DOWN`` or ``NOT_RESPONDING``) is replaced: its daemon
-   or machine is gone, and a reboot cannot be asked of it.
+2. A node that does not respond (Slurm: ``DOWN`` or ``NOT_RESPONDING``, or the provider sees its
+   slurmd gone — seconds before Slurm's own timeouts) is replaced: its daemon or machine is gone,
+   and a reboot cannot be asked of it.
 3. A failed health check: its suggested action (reboot or replace). A node already rebooted
    ``max_reboots`` times for a failure is replaced instead: reboots that do not help are not
    repeated forever.
@@ -62,6 +63,7 @@ class NodeView:
     reason: str = ""
     spare: bool = False  # held out of service, ready to take a failed node's place
     reboots: int = 0  # reboots the agent already did for the current failure
+    daemon_alive: bool = True  # the provider's own view: its slurmd process still runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,8 @@ def _decide(node: NodeView, report: HealthReport | None, policy: Policy) -> tupl
         return Kind.REPLACE, f"operator marked it: {node.reason.strip()}"
     if mark.startswith("action:reboot"):
         return Kind.REBOOT, f"operator marked it: {node.reason.strip()}"
+    if not node.daemon_alive:
+        return Kind.REPLACE, "not responding (its slurmd is gone)"
     if node.state == "DOWN" or "NOT_RESPONDING" in node.flags:
         return Kind.REPLACE, f"not responding (Slurm: {'+'.join((node.state, *node.flags)).lower()})"
     if report is not None and report.status is Status.FAIL:
@@ -116,7 +120,8 @@ def _decide(node: NodeView, report: HealthReport | None, policy: Policy) -> tupl
 def _healthy(node: NodeView, health: Mapping[str, HealthReport]) -> bool:
     report = health.get(node.name)
     return (
-        node.state == "IDLE"
+        node.daemon_alive
+        and node.state == "IDLE"
         and not {"DRAIN", "NOT_RESPONDING", "FAIL"}.intersection(node.flags)
         and (report is None or report.status is not Status.FAIL)
     )

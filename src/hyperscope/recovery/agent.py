@@ -1,0 +1,230 @@
+"""The recovery agent (``hyperscope agent``): once a second it reads what Slurm says of the nodes
+and jobs, what the provider sees of each node's slurmd, and the jobs' progress heartbeats; asks
+:mod:`hyperscope.recovery.decide` what to do; and applies each decision through the provider.
+
+Every decision is appended, with its reason and then its outcome, as one JSON line to
+``<cluster dir>/agent.log`` and recorded on the node (``list-nodes`` shows it). The agent also
+lifts Slurm's post-requeue hold (``StartTime=now``) from requeued jobs, so a job is running again
+within about a second of its nodes being ready instead of after ``cred_expire``.
+
+It acts only on local clusters (the only provider whose nodes it can restart or re-create). State
+changes happen under the cluster's lock, so ``delete`` never races a replacement.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hyperscope.cluster import nodeops
+from hyperscope.cluster.local import LocalProvider
+from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError
+from hyperscope.cluster.state import ClusterError, ClusterState, cluster_lock, clusters_dir
+from hyperscope.recovery import heartbeat
+from hyperscope.recovery.decide import Action, JobView, Kind, NodeView, Policy, decide_jobs, decide_nodes
+
+LOG = "agent.log"
+
+
+def heartbeat_dir(state: ClusterState) -> Path:
+    """Where the cluster's jobs beat (``HYPERSCOPE_HEARTBEAT_DIR``, set by ``cluster submit``)."""
+    return Path(state.shared_dir) / "hyperscope" / "heartbeats"
+
+
+def checkpoint_root(state: ClusterState) -> Path:
+    """Under which each submitted job gets its ``HYPERSCOPE_CHECKPOINT_DIR``."""
+    return Path(state.shared_dir) / "checkpoints"
+
+
+def read_log(cluster_dir: Path) -> list[dict[str, Any]]:
+    path = cluster_dir / LOG
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class Agent:
+    home: Path
+    name: str
+    policy: Policy = field(default_factory=Policy)
+    clock: Callable[[], float] = time.time
+    #: reboots already made per node for its current failure (reset once it is healthy again)
+    reboots: dict[str, int] = field(default_factory=dict)
+    #: (job, restarts) -> when this attempt was first seen running: a new attempt is not "silent"
+    #: because of the heartbeats of the one before
+    running_since: dict[tuple[int, int], float] = field(default_factory=dict)
+    released: set[tuple[int, int]] = field(default_factory=set)
+
+    @property
+    def dir(self) -> Path:
+        return clusters_dir(self.home) / self.name
+
+    def _state(self) -> ClusterState:
+        return ClusterState.load(self.dir)
+
+    def log(self, record: dict[str, Any]) -> None:
+        record = {"time": round(self.clock(), 3), **record}
+        with open(self.dir / LOG, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # --- one pass ---------------------------------------------------------------------------------
+
+    def tick(self) -> list[Action]:
+        """Observe, decide, apply; the actions taken."""
+        state = self._state()
+        if state.status not in ("InService", "Updating"):
+            return []
+        slurm = Slurm(Path(state.slurm_conf))
+        try:
+            live = slurm.nodes()
+            jobs = slurm.jobs()
+        except SlurmError:
+            return []  # slurmctld busy or restarting: the next pass sees it
+        views = self.node_views(state, live)
+        actions = decide_nodes(views, {}, self.policy)
+        actions += decide_jobs(self.job_views(state, jobs), self.policy)
+        for action in actions:
+            self.apply(action)
+        self.release_requeued(slurm, jobs)
+        return actions
+
+    def node_views(self, state: ClusterState, live: list[Node]) -> list[NodeView]:
+        by_name = {n.name: n for n in live}
+        views = []
+        for n in state.nodes:
+            s = by_name.get(n.name)
+            if not n.slurm or s is None or n.status in ("Failed", "Replacing", "Rebooting"):
+                continue
+            if s.available and not s.reason:
+                self.reboots.pop(n.name, None)
+            views.append(
+                NodeView(
+                    name=n.name,
+                    group=n.group,
+                    state=s.state,
+                    flags=s.flags,
+                    reason=s.reason,
+                    spare=n.spare,
+                    reboots=self.reboots.get(n.name, 0),
+                    daemon_alive=nodeops.slurmd_alive(state, n.name),
+                )
+            )
+        return views
+
+    def job_views(self, state: ClusterState, jobs: list[Job]) -> list[JobView]:
+        now = self.clock()
+        beats: dict[str, float] = {}
+        for s in heartbeat.read(heartbeat_dir(state)):
+            beats[s.job] = min(beats.get(s.job, s.silent_s), s.silent_s)
+        views = []
+        for job in jobs:
+            if job.state != "RUNNING":
+                continue
+            first = self.running_since.setdefault((job.id, job.restarts), now)
+            silent = beats.get(str(job.id))
+            if silent is None:
+                continue  # a job that never beat is not watched
+            nodes = tuple(job.nodes.split(",")) if job.nodes else ()
+            views.append(JobView(str(job.id), nodes, min(silent, now - first), job.restarts))
+        return views
+
+    # --- applying ---------------------------------------------------------------------------------
+
+    def apply(self, action: Action) -> None:
+        base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": action.job}
+        self.log({**base, "phase": "decided", "reason": action.reason})
+        t0 = self.clock()
+        try:
+            if action.job is not None:
+                self._job_action(action)
+            else:
+                self._node_action(action)
+        except (ClusterError, SlurmError, OSError) as exc:
+            self.log({**base, "phase": "failed", "error": str(exc), "seconds": round(self.clock() - t0, 3)})
+            return
+        self.log({**base, "phase": "done", "seconds": round(self.clock() - t0, 3)})
+
+    def _job_action(self, action: Action) -> None:
+        state = self._state()
+        slurm = Slurm(Path(state.slurm_conf))
+        assert action.job is not None
+        if action.kind is Kind.REQUEUE:
+            slurm.run("scontrol", "requeue", action.job)
+        else:  # STOP: say why where `scontrol show job` shows it, then cancel
+            slurm.run(
+                "scontrol", "update", f"jobid={action.job}", f"comment=hyperscope: {action.reason}"[:250]
+            )
+            slurm.run("scancel", action.job)
+
+    def _node_action(self, action: Action) -> None:
+        provider = LocalProvider(self.home)
+        with cluster_lock(self.home, self.name):
+            state = self._state()
+            if state.provider != "local":
+                raise ClusterError(f"the agent cannot {action.kind} nodes of a {state.provider} cluster")
+            node = state.node(action.nodes[0])
+            slurm = Slurm(Path(state.slurm_conf))
+            node.status, node.since, node.last_action = (
+                "Rebooting" if action.kind is Kind.REBOOT else "Replacing",
+                self.clock(),
+                str(action),
+            )
+            state.status = "Updating"
+            state.save()
+            try:
+                if action.kind is Kind.REBOOT:
+                    self.reboots[node.name] = self.reboots.get(node.name, 0) + 1
+                    nodeops.reboot(provider, state, node, action.reason)
+                else:
+                    nodeops.fence(slurm, node.name, f"hyperscope agent: replacing: {action.reason}")
+                    if len(action.nodes) > 1:
+                        nodeops.swap_in(slurm, state, node, state.node(action.nodes[1]))
+                        state.save()
+                        self.release_requeued(slurm, slurm.jobs())  # the job may run on the spare now
+                    nodeops.recreate(provider, state, node)
+                    node.replacements += 1
+                    self.reboots.pop(node.name, None)
+            except (ClusterError, SlurmError, OSError) as exc:
+                node.status, node.since = "Failed", self.clock()
+                node.last_action = f"{action}; failed: {exc}"
+                raise
+            finally:
+                if node.status != "Failed":
+                    node.status, node.since = "Running", self.clock()
+                state.status = "InService"
+                state.save()
+
+    def release_requeued(self, slurm: Slurm, jobs: list[Job]) -> None:
+        """A requeued job waits ``cred_expire`` s (Reason=BeginTime) for nothing: start it now."""
+        for job in jobs:
+            key = (job.id, job.restarts)
+            if (
+                job.state != "PENDING"
+                or job.restarts == 0
+                or job.reason != "BeginTime"
+                or key in self.released
+            ):
+                continue
+            done = slurm.run("scontrol", "update", f"jobid={job.id}", "StartTime=now", check=False)
+            if done.returncode == 0:
+                self.released.add(key)
+                why = f"requeued (restart {job.restarts}): post-requeue hold lifted"
+                self.log({"kind": "release", "job": str(job.id), "phase": "done", "reason": why})
+
+    def run(self, interval: float = 1.0, *, passes: int | None = None) -> None:
+        """Loop until the cluster is gone (or ``passes`` passes, for tests)."""
+        n = 0
+        while passes is None or n < passes:
+            if not (self.dir / "cluster.json").is_file():
+                return
+            try:
+                self.tick()
+            except (ClusterError, OSError) as exc:
+                self.log({"kind": "error", "phase": "failed", "error": str(exc)})
+            n += 1
+            time.sleep(interval)
