@@ -295,3 +295,22 @@ def test_answers_match_their_documented_models(client: TestClient, home: Home) -
     for query in ("", "?steps=900"):
         hist = client.get(f"/api/profiles/{home.h200}/annotations/forward/histogram{query}").json()
         AnnotationHistogramOut.model_validate(hist)
+
+
+def test_a_dashboard_kept_beside_the_profile_is_served_without_computing(tmp_path: Path) -> None:
+    from hyperscope.analysis import stored
+
+    home = tmp_path / "home"
+    shutil.copytree(H200, home)
+    assert stored.precompute_job(home, "h200-transformer") is not None
+    with Store(home) as store:
+        profile = store.profile("h200-transformer")
+    kept = stored.load_dashboard(profile)
+    assert kept is not None
+    kept["kernels"]["notes"].append("read from the stored answer")
+    stored.save_dashboard(profile, kept)
+    with local(create_app(home, static_dir=tmp_path / "none")) as client:
+        whole = client.get(f"/api/profiles/{H200_PROFILE}/dashboard").json()
+        scoped = client.get(f"/api/profiles/{H200_PROFILE}/dashboard?rank=0").json()
+    assert "read from the stored answer" in whole["tables"]["kernels"]["notes"]
+    assert "read from the stored answer" not in scoped["tables"]["kernels"]["notes"]  # computed

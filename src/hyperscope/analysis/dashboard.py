@@ -4,7 +4,7 @@ web server will serve. Each entry is an ordinary analysis; this module only pick
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, connection
 from hyperscope.analysis._prepared import Prepared
@@ -19,9 +19,14 @@ from hyperscope.analysis.latency import latency_outliers, launch_latency, launch
 from hyperscope.analysis.ranks import rank_comparison
 from hyperscope.analysis.steps import step_time_histogram, step_time_stats, step_times
 
+#: The dashboard's defaults (the UI's and the stored dashboard's): kernels and annotations listed,
+#: buckets of the utilization charts.
+TOP_K: Final = 15
+BUCKETS: Final = 50
+
 
 def dashboard(
-    source: Source, scope: Scope = ALL, *, top_k: int = 15, buckets: int = 50
+    source: Source, scope: Scope = ALL, *, top_k: int = TOP_K, buckets: int = BUCKETS
 ) -> dict[str, Table[Any]]:
     """All analyses for ``scope``, keyed by a stable name (the JSON keys of ``report --json``)."""
     with connection(source) as con:

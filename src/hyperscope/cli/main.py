@@ -29,6 +29,7 @@ from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cli.agent import agent_command
 from hyperscope.cli.cluster import cluster_app, submit
 from hyperscope.cli.health import health_command
+from hyperscope.cli.profile import precompute_for_ui
 from hyperscope.cli.profile import profile as profile_command
 from hyperscope.cli.report import report as report_command
 from hyperscope.cli.ui import ui as ui_command
@@ -152,6 +153,7 @@ def import_(
             f"skipped; {_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} on disk"
         )
         _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
+    precompute_for_ui(store.home, report.job.name, report.profile.id)
 
 
 def _expand(paths: list[Path]) -> list[Path]:
@@ -308,7 +310,9 @@ def demo(
     else:
         out.print(f"profiled as job [bold]{name}[/]: {profiled:,} events in {home_dir}")
     with _store(home_dir) as store:
-        _print_summary(summarize(store.profile(name)))
+        profile = store.profile(name)
+        _print_summary(summarize(profile))
+    precompute_for_ui(home_dir, name, profile.meta.profile_id)
     out.print(
         f"\nnext: `hyperscope report {name}`, `hyperscope jobs`, "
         f"`hyperscope export {name} --chrome {name}.json.gz`, `hyperscope ui`"

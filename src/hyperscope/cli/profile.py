@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -111,8 +112,20 @@ def profile(
     )
     if j.message:
         err.print(f"hyperscope: {j.message}")
+    if ref is not None and ref.events:
+        precompute_for_ui(config.home, j.name, ref.id)
     if code:
         raise typer.Exit(code)
+
+
+def precompute_for_ui(home: Path | str | None, job: str, profile_id: str) -> None:
+    """The whole-profile dashboard, computed now and kept for the UI's first look."""
+    from hyperscope.analysis.stored import precompute_job
+    from hyperscope.store.store import default_home
+
+    took = precompute_job(Path(home).expanduser() if home else default_home(), job, profile_id)
+    if took is not None and took >= 0.5:
+        err.print(f"hyperscope: dashboard computed in {took:.1f} s (kept beside the profile for the UI)")
 
 
 def _steps(text: str | None) -> range | list[int] | None:

@@ -23,15 +23,19 @@ from fastapi.responses import JSONResponse, Response
 
 from hyperscope import __version__
 from hyperscope.analysis import (
+    ALL,
     Prepared,
     Scope,
     annotation_histogram,
     annotation_stats,
     dashboard,
     parse_steps,
+    stored,
     to_json,
 )
 from hyperscope.analysis._common import STEP_NAME_SQL
+from hyperscope.analysis.dashboard import BUCKETS as DEFAULT_BUCKETS
+from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server import auth, static
@@ -56,8 +60,8 @@ from hyperscope.store.store import Store
 #: annotation names offered by the filter bar: most frequent first, then cut
 MAX_ANNOTATION_NAMES: Final = 1000
 #: the dashboard's defaults: the kernels and annotations listed, the utilization chart's buckets
-TOP_K: Final = 15
-BUCKETS: Final = 50
+TOP_K: Final = DEFAULT_TOP_K
+BUCKETS: Final = DEFAULT_BUCKETS
 _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     code: {"model": ErrorOut, "description": text}
     for code, text in (
@@ -117,13 +121,24 @@ def create_app(
     def dashboard_answer(
         hit: ProfileHit, profile: Profile, scope: Scope, top_k: int, buckets: int
     ) -> tuple[dict[str, Any], bool]:
+        # `hyperscope import` and `hyperscope profile` keep a finished profile's whole dashboard
+        # beside it (analysis/stored.py); the server only reads it, as it reads the whole store.
+        whole = scope == ALL and not hit.live
+
         def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             tables = dashboard(con, scope, top_k=top_k, buckets=buckets)
             limits.check_rows(tables)
             return to_json(tables)
 
+        def compute() -> dict[str, Any]:
+            stored_answer = stored.load_dashboard(profile, top_k, buckets) if whole else None
+            if stored_answer is not None:
+                return stored_answer
+            answer: dict[str, Any] = limits.run(profile, work, "the dashboard")
+            return answer
+
         key = (hit.ref.id, "dashboard", scope, top_k, buckets)
-        return cache.answer(key, hit.live, lambda: limits.run(profile, work, "the dashboard"))
+        return cache.answer(key, hit.live, compute)
 
     def warm() -> None:
         """What the UI asks first for the newest finished profiles, as a request without filters."""
