@@ -8,7 +8,9 @@ drawn. Figures, read in the page: *page* = navigation start to the last chart pa
 bundle, the profile's info and filters, the dashboard query, drawing); *query* = the dashboard
 request as the browser saw it (the server's analysis, JSON, transfer); *draw* = building and
 painting the 13 charts; *page − query* = what the front end adds to the server's answer. Median of
-``--repeats`` runs. *Target*: page ≤ 2 s.
+``--repeats`` runs. *Target*: page ≤ 2 s. With ``--precomputed``, the whole-profile dashboard is
+first computed and kept beside the profile, as ``hyperscope import`` and ``hyperscope profile`` do
+(that time is printed, not counted in the page's).
 """
 
 from __future__ import annotations
@@ -86,10 +88,20 @@ def render_once(browser: Any, home: Path, pid: str) -> dict[str, Any]:
     return figures
 
 
-def measure(browser: Any, work: Path, millions: float, repeats: int) -> dict[str, Any]:
+def measure(browser: Any, work: Path, millions: float, repeats: int, precomputed: bool) -> dict[str, Any]:
     home = work / f"home-{millions:g}m"
     pid, events, gen_s = generate(home, millions)
     print(f"generated {events:,} events (8 ranks) in {gen_s:.1f} s (not timed below)", flush=True)
+    precompute_s = None
+    if precomputed:
+        from hyperscope.analysis.stored import precompute_dashboard
+        from hyperscope.schema.layout import profile_dir
+        from hyperscope.store.profile import Profile
+
+        t0 = time.perf_counter()
+        precompute_dashboard(Profile.open(profile_dir(home, pid)))
+        precompute_s = time.perf_counter() - t0
+        print(f"  dashboard precomputed and kept in {precompute_s:.1f} s (as import/profile do)", flush=True)
     runs = []
     for n in range(repeats):
         figures = render_once(browser, home, pid)
@@ -107,6 +119,7 @@ def measure(browser: Any, work: Path, millions: float, repeats: int) -> dict[str
         "events": events,
         "ranks": 8,
         "generate_s": gen_s,
+        "precompute_s": precompute_s,
         "repeats": len(runs),
         "page_s": page_s,
         "query_s": statistics.median(r["timings"]["fetch_ms"] for r in runs) / 1000,
@@ -123,6 +136,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="10", help="millions of events, comma-separated (default 10)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--precomputed",
+        action="store_true",
+        help="keep the dashboard beside the profile first (as import does)",
+    )
     args = parser.parse_args()
     why = missing()
     if why:
@@ -138,13 +156,14 @@ def main() -> int:
         with sync_playwright() as p:
             browser = launch_chromium(p)
             try:
-                results = [measure(browser, work, m, args.repeats) for m in sizes]
+                results = [measure(browser, work, m, args.repeats, args.precomputed) for m in sizes]
             finally:
                 browser.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nfirst dashboard render, median of {args.repeats} runs (a fresh server each, nothing cached)")
+    kept = "the dashboard kept beside the profile" if args.precomputed else "nothing cached"
+    print(f"\nfirst dashboard render, median of {args.repeats} runs (a fresh server each, {kept})")
     print_table(
         ["events", "page s", "query s", "server s", "page-query s", "draw s", "target s", "met"],
         [
@@ -161,7 +180,7 @@ def main() -> int:
             for r in results
         ],
     )
-    write_results("ui_render", {"sizes": results})
+    write_results("ui_render", {"precomputed": args.precomputed, "sizes": results})
     return 0
 
 
