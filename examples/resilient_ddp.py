@@ -48,9 +48,9 @@ def main() -> None:
     ckpt = Checkpointer(args.checkpoints, keep=3)
     start = 0
     state = {"model": net.state_dict()}
-    latest = ckpt.load_latest(state)
+    latest = ckpt.load_latest(state)  # several ranks: filled in place; one rank: returned
     if latest is not None:
-        net.load_state_dict(state["model"])
+        net.load_state_dict(latest.state["model"])
         start = latest.step + 1
     attempt = os.environ.get("HYPERSCOPE_ATTEMPT", "1")
     print(f"rank {rank}/{world} node={os.environ.get('SLURMD_NODENAME', '-')} attempt={attempt} "

@@ -14,6 +14,7 @@ changes happen under the cluster's lock, so ``delete`` never races a replacement
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class Agent:
     #: because of the heartbeats of the one before
     running_since: dict[tuple[int, int], float] = field(default_factory=dict)
     released: set[tuple[int, int]] = field(default_factory=set)
+    pending_since: dict[tuple[int, int], float] = field(default_factory=dict)
 
     @property
     def dir(self) -> Path:
@@ -127,10 +129,12 @@ class Agent:
                 continue
             first = self.running_since.setdefault((job.id, job.restarts), now)
             silent = beats.get(str(job.id))
-            if silent is None:
-                continue  # a job that never beat is not watched
+            # watched from its first beat of this attempt on: one still starting (importing torch,
+            # loading its checkpoint) is not hung, and the beats of the attempt before are stale
+            if silent is None or now - silent < first:
+                continue
             nodes = tuple(job.nodes.split(",")) if job.nodes else ()
-            views.append(JobView(str(job.id), nodes, min(silent, now - first), job.restarts))
+            views.append(JobView(str(job.id), nodes, silent, job.restarts))
         return views
 
     # --- applying ---------------------------------------------------------------------------------
@@ -201,6 +205,7 @@ class Agent:
 
     def release_requeued(self, slurm: Slurm, jobs: list[Job]) -> None:
         """A requeued job waits ``cred_expire`` s (Reason=BeginTime) for nothing: start it now."""
+        now = self.clock()
         for job in jobs:
             key = (job.id, job.restarts)
             if (
@@ -209,6 +214,12 @@ class Agent:
                 or job.reason != "BeginTime"
                 or key in self.released
             ):
+                continue
+            # The requeue revoked the job's credentials as of its second: a launch in that same
+            # second is refused ("Job credential revoked") and the job fails. Start it only in a
+            # later second than the one it was first seen pending in.
+            seen = self.pending_since.setdefault(key, now)
+            if now < math.floor(seen) + 1.05:
                 continue
             done = slurm.run("scontrol", "update", f"jobid={job.id}", "StartTime=now", check=False)
             if done.returncode == 0:
