@@ -24,7 +24,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 from hyperscope.errors import CheckpointError
 
@@ -54,29 +54,6 @@ def steps_on_disk(directory: Path) -> list[tuple[int, Path]]:
         if match and entry.is_dir():
             found.append((int(match.group(1)), entry))
     return sorted(found, reverse=True)
-
-
-class HashingWriter:
-    """A file wrapper that hashes what passes through, so a checksum costs no second read."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        self._fh = fh
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-        self.error: OSError | None = None  # torch.save hides it behind its own RuntimeError
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.sha256.update(view)
-        self.bytes += len(view)
-        try:
-            return self._fh.write(view)
-        except OSError as exc:
-            self.error = self.error or exc
-            raise
-
-    def flush(self) -> None:
-        self._fh.flush()
 
 
 def fsync_dir(path: Path) -> None:
