@@ -17,7 +17,7 @@ import hyperscope as hs
 from hyperscope import JobStatus, Store
 from hyperscope.capture import api
 from hyperscope.store.catalog import RankStatus
-from tests.capture.profiles import query
+from tests.capture.profiles import imported_rows, query
 
 torch = pytest.importorskip("torch", reason="capture tests need PyTorch (./dev test installs it)")
 pytestmark = pytest.mark.capture
@@ -47,9 +47,9 @@ def _train_step(model: Any, opt: Any) -> None:
     opt.zero_grad()
 
 
-def test_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
-    """Reading Kineto's results directly gives exactly the rows an import of its JSON gives."""
-    from hyperscope.capture.torch_backend import Activities, KinetoSession, kineto_table
+def _kineto_result() -> Any:
+    """Kineto's results of three small CPU steps, one annotated."""
+    from hyperscope.capture.torch_backend import Activities, KinetoSession
 
     model, kineto = _model(), KinetoSession(Activities(cpu=True, cuda=False))
     kineto.start()
@@ -57,40 +57,30 @@ def test_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
         with torch.profiler.record_function("forward"):
             loss = model(torch.randn(4, 32)).sum()
         loss.backward()
-    result = kineto.stop()
+    return kineto.stop()
+
+
+def test_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
+    """Reading Kineto's results directly gives exactly the rows an import of its JSON gives."""
+    from hyperscope.capture.torch_backend import kineto_table
+
+    result = _kineto_result()
     con = duckdb.connect()
-    captured = kineto_table(result, rank=0, node="n", con=con)
-    result.save(str(tmp_path / "trace.json"))
-    with Store(tmp_path / "home") as store:
-        store.import_traces([tmp_path / "trace.json"], "imported")
-        imp = store.profile("imported").connect()
-        # the JSON adds what Kineto's exporter writes beside the activities: process and thread
-        # names (M), the profiler's own span (Trace) and two instants
-        imported = imp.sql(
-            "SELECT * EXCLUDE (rank, node) FROM events WHERE ph NOT IN ('M', 'i') AND cat <> 'Trace' "
-            "ORDER BY ALL"
-        ).fetchall()
-    con.register("captured", captured)
+    con.register("captured", kineto_table(result, rank=0, node="n", con=con))
     mine = con.sql("SELECT * EXCLUDE (rank, node) FROM captured ORDER BY ALL").fetchall()
     assert len(mine) > 100
-    assert mine == imported
+    assert mine == imported_rows(result, tmp_path)
 
 
 def test_releases_without_trace_activities_read_kinetos_json_into_the_same_rows() -> None:
     """PyTorch 2.11's results offer no ``trace_activities``: the JSON route must give equal rows."""
-    from hyperscope.capture.torch_backend import Activities, KinetoSession, kineto_table
+    from hyperscope.capture.torch_backend import kineto_table
 
     class OlderResult:  # what such a release offers: save(), no trace_activities()
         def __init__(self, inner: Any) -> None:
             self.save = inner.save
 
-    model, kineto = _model(), KinetoSession(Activities(cpu=True, cuda=False))
-    kineto.start()
-    for _ in range(3):
-        with torch.profiler.record_function("forward"):
-            loss = model(torch.randn(4, 32)).sum()
-        loss.backward()
-    result = kineto.stop()
+    result = _kineto_result()
     con = duckdb.connect()
     con.register("direct", kineto_table(result, rank=0, node="n", con=con))
     con.register("via_json", kineto_table(OlderResult(result), rank=0, node="n", con=con))

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from hyperscope import Store
+from tests.capture.profiles import imported_rows
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 pytestmark = [
@@ -52,14 +52,7 @@ def test_cuda_capture_equals_importing_torchs_own_json(tmp_path: Path) -> None:
         # Older releases (2.11) were just read through this very JSON, which they save only once;
         # tests/capture/test_session.py compares that route with the direct one on a newer release.
         pytest.skip(f"PyTorch {torch.__version__} has no trace_activities: rows checked, not compared")
-    result.save(str(tmp_path / "trace.json"))
-    with Store(tmp_path / "home") as store:
-        store.import_traces([tmp_path / "trace.json"], "imported")
-        imp = store.profile("imported").connect()
-        imported = imp.sql(
-            "SELECT * EXCLUDE (rank, node) FROM events WHERE ph NOT IN ('M', 'i') AND cat <> 'Trace' "
-            "ORDER BY ALL"
-        ).fetchall()
+    imported = imported_rows(result, tmp_path)
     mine = con.sql("SELECT * EXCLUDE (rank, node) FROM captured ORDER BY ALL").fetchall()
     if mine != imported:  # name the first difference rather than dumping two long lists
         only_mine = set(map(repr, mine)) - set(map(repr, imported))
