@@ -1,0 +1,159 @@
+"""Launch → kernel links and the details of one event.
+
+A launch (a CUDA runtime or driver call on a host row) and the kernel, memcpy or memset it started
+on a device row carry the same ``correlation`` within one rank: that pair is the arrow the timeline
+draws and the "connections" tab lists. Correlations restart in every process, hence the rank.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow.parquet as pq
+
+from hyperscope.errors import UsageError
+from hyperscope.schema.layout import EVENTS_DIR
+from hyperscope.store.profile import Profile
+from hyperscope.timeline.index import KINDS, ROW_BITS, Index, RowInfo
+
+LAUNCH_KINDS: Final = frozenset(KINDS.index(k) for k in ("runtime", "driver"))
+TARGET_KINDS: Final = frozenset(KINDS.index(k) for k in ("kernel", "memcpy", "memset"))
+#: arrows answered for one window at most
+MAX_FLOWS: Final = 5000
+
+
+class EventNotFound(Exception):
+    """No event of that id in the profile (the API answers 404)."""
+
+
+def row_of(index: Index, i: int) -> RowInfo:
+    starts = _starts(index)
+    return index.rows[int(np.searchsorted(starts, i, side="right")) - 1]
+
+
+def _starts(index: Index) -> npt.NDArray[np.int64]:
+    return _starts_cached(id(index), tuple(r.start for r in index.rows))
+
+
+@functools.lru_cache(maxsize=64)
+def _starts_cached(_key: int, starts: tuple[int, ...]) -> npt.NDArray[np.int64]:
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _event(index: Index, i: int, role: str) -> dict[str, Any]:
+    info = row_of(index, i)
+    return {
+        "role": role,
+        "row": info.id,
+        "id": int(index.src[i]),
+        "name": index.names[int(index.name[i])],
+        "kind": KINDS[int(index.kind[i])],
+        "ts_ns": int(index.ts[i]),
+        "dur_ns": int(index.dur[i]),
+        "depth": int(index.depth[i]),
+        "correlation": int(index.corr[i]),
+        "rank": info.rank,
+    }
+
+
+def links(index: Index, rank: int, correlation: int) -> list[dict[str, Any]]:
+    """The launch and device events of one (rank, correlation): launches first, then by start."""
+    if correlation < 0:
+        raise UsageError(f"correlation {correlation}: expected a non-negative integer")
+    out = []
+    for info in index.rows:
+        if info.rank != rank:
+            continue
+        hit = np.flatnonzero(index.corr[info.start : info.stop] == correlation) + info.start
+        for i in hit:
+            kind = int(index.kind[i])
+            if kind in LAUNCH_KINDS:
+                out.append(_event(index, int(i), "launch"))
+            elif kind in TARGET_KINDS:
+                out.append(_event(index, int(i), "kernel"))
+    out.sort(key=lambda e: (e["role"] != "launch", e["ts_ns"]))
+    return out
+
+
+def flows(index: Index, row_ids: list[str], t0: int, t1: int) -> list[dict[str, Any]]:
+    """Launch → kernel pairs whose launch or kernel lies in the window on one of ``row_ids``
+    (at most ``MAX_FLOWS``, earliest first): the arrows for everything visible."""
+    infos = [index.by_id[r] for r in row_ids if r in index.by_id]
+    ranks = {i.rank for i in infos}
+    seen: dict[tuple[int, int], dict[str, int]] = {}
+    for info in index.rows:
+        if info.rank not in ranks:
+            continue
+        sl = slice(info.start, info.stop)
+        ts, dur, corr, kind = index.ts[sl], index.dur[sl], index.corr[sl], index.kind[sl]
+        visible = info in infos
+        sel = (corr >= 0) & np.isin(kind, list(LAUNCH_KINDS | TARGET_KINDS))
+        if visible:
+            sel &= (ts < t1) & (ts + dur >= t0)
+        for i in np.flatnonzero(sel) + info.start:
+            key = (info.rank, int(index.corr[i]))
+            role = "launch" if int(index.kind[i]) in LAUNCH_KINDS else "kernel"
+            entry = seen.setdefault(key, {})
+            entry.setdefault(role, int(i))
+            entry.setdefault("visible", 0)
+            entry["visible"] |= int(visible)
+    out = []
+    for (rank, c), e in sorted(
+        seen.items(), key=lambda kv: index.ts[min(v for k, v in kv[1].items() if k != "visible")]
+    ):
+        if "launch" in e and "kernel" in e and e["visible"]:
+            a, b = e["launch"], e["kernel"]
+            out.append(
+                {
+                    "rank": rank,
+                    "correlation": c,
+                    "launch": {"row": row_of(index, a).id, "id": int(index.src[a]), "ts_ns": int(index.ts[a]),
+                               "dur_ns": int(index.dur[a]), "depth": int(index.depth[a])},
+                    "kernel": {"row": row_of(index, b).id, "id": int(index.src[b]), "ts_ns": int(index.ts[b]),
+                               "dur_ns": int(index.dur[b]), "depth": int(index.depth[b])},
+                }
+            )  # fmt: skip
+            if len(out) >= MAX_FLOWS:
+                break
+    return out
+
+
+def event(profile: Profile, index: Index, event_id: int) -> dict[str, Any]:
+    """Every stored field of one event (``args`` merged in), with its row and links."""
+    part, row = event_id >> ROW_BITS, event_id & ((1 << ROW_BITS) - 1)
+    if event_id < 0 or part >= len(index.parts):
+        raise EventNotFound(f"event {event_id}: no such event in this profile")
+    path = Path(profile.path) / EVENTS_DIR / index.parts[part]
+    f = pq.ParquetFile(path)
+    for g in range(f.metadata.num_row_groups):
+        n = f.metadata.row_group(g).num_rows
+        if row < n:
+            record = f.read_row_group(g).slice(row, 1).to_pylist()
+            break
+        row -= n
+    else:
+        raise EventNotFound(f"event {event_id}: no such event in this profile")
+    fields = {k: v for k, v in record[0].items() if v is not None and k not in ("args", "extra")}
+    for extra in ("args", "extra"):
+        text = record[0].get(extra)
+        if text:
+            try:
+                fields[extra] = json.loads(text)
+            except ValueError:
+                fields[extra] = text
+    where = np.flatnonzero(index.src == event_id)
+    out: dict[str, Any] = {"id": event_id, "fields": fields, "row": None, "links": []}
+    if len(where):
+        i = int(where[0])
+        out["row"] = row_of(index, i).id
+        out["depth"] = int(index.depth[i])
+        if int(index.corr[i]) >= 0:
+            out["links"] = [
+                e for e in links(index, row_of(index, i).rank, int(index.corr[i])) if e["id"] != event_id
+            ]
+    return out

@@ -1,0 +1,183 @@
+"""The timeline's row tree and its sample tracks.
+
+job → node → CPU (utilization tracks from ``samples``) and GPUs → per GPU: its utilization track,
+a host row per thread of the rank (process) whose kernels ran on that GPU, and a device row per
+stream. A rank without device events gets a "CPU process" group for its threads. Ids are built
+from what the profile says (rank, pid, tid, device, stream, node, metric), never from positions,
+so a link or a test can name a row and find it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+
+from hyperscope.errors import UsageError
+from hyperscope.schema.events import SampleMetric
+from hyperscope.timeline.index import KINDS, Index
+from hyperscope.timeline.tile import boundaries
+
+#: sample metrics drawn as CPU tracks of a node (in this order)
+CPU_METRICS: Final = (
+    SampleMetric.CPU_UTIL_PCT,
+    SampleMetric.PROCESS_CPU_UTIL_PCT,
+    SampleMetric.CPU_CORE_UTIL_PCT,
+)
+
+
+@dataclass
+class Row:
+    """A row of the tree: ``group`` rows only hold others; ``events`` and ``samples`` rows draw."""
+
+    id: str
+    label: str
+    type: str
+    children: list[Row] = field(default_factory=list)
+    events: int = 0
+    depths: int = 0
+    unit: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "label": self.label, "type": self.type}
+        if self.type == "events":
+            out |= {"events": self.events, "depths": self.depths}
+        if self.type == "samples":
+            out["unit"] = self.unit
+        if self.children:
+            out["children"] = [c.to_json() for c in self.children]
+        return out
+
+
+def sample_key(row_id: str) -> tuple[str, str, int] | None:
+    """(node, metric, device) of a sample row id, None for other ids."""
+    if row_id.startswith("util/"):
+        node, _, device = row_id[5:].rpartition("/")
+        return (node, SampleMetric.GPU_UTIL_PCT.value, int(device)) if device.lstrip("-").isdigit() else None
+    if row_id.startswith("cpu/"):
+        head, _, device = row_id[4:].rpartition("/")
+        node, _, metric = head.rpartition("/")
+        if device.lstrip("-").isdigit() and metric in {m.value for m in CPU_METRICS}:
+            return node, metric, int(device)
+    return None
+
+
+def tree(index: Index, con: duckdb.DuckDBPyConnection, job: str) -> Row:
+    """The whole row tree of a profile (see the module docstring)."""
+    have = con.execute(
+        "SELECT coalesce(node, ''), metric, device FROM samples WHERE metric IN "
+        f"({', '.join(repr(m.value) for m in (*CPU_METRICS, SampleMetric.GPU_UTIL_PCT))}) "
+        "GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    samples = {(str(n), str(m), int(d)) for n, m, d in have}
+    nodes: dict[str, Row] = {}
+    rank_node = {r.rank: r.node for r in index.rows}
+    for node in sorted({*rank_node.values(), *(n for n, _, _ in samples)}):
+        nodes[node] = Row(f"node/{node}", node or "(unnamed node)", "group")
+        cpu = Row(f"cpuset/{node}", "CPU", "group")
+        for metric in CPU_METRICS:
+            for n, m, d in sorted(samples):
+                if n == node and m == metric:
+                    label = {"cpu_util_pct": "host CPU", "process_cpu_util_pct": "process CPU"}.get(
+                        m, f"core {d}"
+                    )
+                    cpu.children.append(Row(f"cpu/{node}/{m}/{d}", label, "samples", unit="%"))
+        if cpu.children:
+            nodes[node].children.append(cpu)
+    gpus: dict[tuple[int, int], Row] = {}
+    rank_gpu: dict[int, Row] = {}
+    for info in index.rows:
+        if info.side != "device":
+            continue
+        key = (info.rank, info.a)
+        if key not in gpus:
+            gpu = Row(f"gpu/{info.rank}/{info.a}", f"GPU {info.a} · rank {info.rank}", "group")
+            if (info.node, SampleMetric.GPU_UTIL_PCT.value, info.a) in samples:
+                gpu.children.append(Row(f"util/{info.node}/{info.a}", "utilization", "samples", unit="%"))
+            gpus[key] = gpu
+            rank_gpu.setdefault(info.rank, gpu)
+            nodes[info.node].children.append(gpu)
+    procs: dict[int, Row] = {}
+    for info in index.rows:
+        if info.side != "host":
+            continue
+        parent = rank_gpu.get(info.rank)
+        if parent is None:
+            parent = procs.get(info.rank)
+            if parent is None:
+                parent = procs[info.rank] = Row(
+                    f"proc/{info.rank}", f"CPU process · rank {info.rank}", "group"
+                )
+                nodes[info.node].children.append(parent)
+        parent.children.append(
+            Row(
+                info.id,
+                f"host · thread {info.b}",
+                "events",
+                events=info.stop - info.start,
+                depths=info.depths,
+            )
+        )
+    for info in index.rows:
+        if info.side == "device":
+            gpus[(info.rank, info.a)].children.append(
+                Row(info.id, f"stream {info.b}", "events", events=info.stop - info.start, depths=info.depths)
+            )
+    return Row("job", job, "group", children=list(nodes.values()))
+
+
+def sample_tile(
+    con: duckdb.DuckDBPyConnection, row_ids: list[str], t0: int, t1: int, width: int
+) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Samples of each row inside the window (plus the one before, where a line starts), one mean
+    value per pixel column where the row has more than one sample per column."""
+    rows, tss, vals = [], [], []
+    edges = boundaries(t0, t1, width)
+    for r, rid in enumerate(row_ids):
+        key = sample_key(rid)
+        if key is None:
+            raise UsageError(f"rows: {rid!r} is not a row of this profile (see timeline/rows)")
+        node, metric, device = key
+        got = con.execute(
+            "SELECT ts_ns, value FROM samples WHERE coalesce(node, '') = $n AND metric = $m AND device = $d "
+            "AND ts_ns < $t1 AND ts_ns >= coalesce((SELECT max(ts_ns) FROM samples "
+            "WHERE coalesce(node, '') = $n "
+            "AND metric = $m AND device = $d AND ts_ns < $t0), $t0) ORDER BY ts_ns",
+            {"n": node, "m": metric, "d": device, "t0": t0, "t1": t1},
+        ).fetchnumpy()
+        ts = np.asarray(got["ts_ns"], dtype=np.int64)
+        val = np.asarray(got["value"], dtype=np.float64)
+        if len(ts) > width:
+            col = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, width - 1)
+            keys, first, counts = np.unique(col, return_index=True, return_counts=True)
+            ts = edges[keys]
+            val = np.add.reduceat(val, first) / counts
+        rows.append(np.full(len(ts), r, np.uint16))
+        tss.append(ts)
+        vals.append(val)
+    if not rows:
+        return np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.float64)
+    return np.concatenate(rows), np.concatenate(tss), np.concatenate(vals)
+
+
+def steps(index: Index) -> list[dict[str, Any]]:
+    """Every step event (``ProfilerStep#N``), by start: the step list the user zooms to."""
+    step = KINDS.index("step")
+    where = np.flatnonzero(index.kind == step)
+    where = where[np.argsort(index.ts[where], kind="stable")]
+    rank_of = np.zeros(0, np.int64)
+    if len(where):
+        starts = np.array([r.start for r in index.rows])
+        rank_of = np.array([r.rank for r in index.rows])[np.searchsorted(starts, where, side="right") - 1]
+    return [
+        {
+            "name": index.names[int(index.name[i])],
+            "rank": int(rank_of[k]),
+            "ts_ns": int(index.ts[i]),
+            "dur_ns": int(index.dur[i]),
+        }
+        for k, i in enumerate(where)
+    ]
