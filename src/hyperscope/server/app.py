@@ -38,7 +38,7 @@ from hyperscope.analysis.dashboard import BUCKETS as DEFAULT_BUCKETS
 from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
-from hyperscope.server import auth, static
+from hyperscope.server import auth, static, timeline
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
 from hyperscope.server.limits import QueryLimits, QueryTimeout, RowCapExceeded
@@ -303,6 +303,7 @@ def create_app(
         found, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, f"annotation {name!r}"))
         return _json(found)
 
+    app.include_router(timeline.router(open_profile, limits))
     static.install(app, static_dir)
     return app
 

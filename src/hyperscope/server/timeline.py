@@ -1,0 +1,151 @@
+"""The timeline endpoints of docs/ui-api.md: rows, tiles (binary), event details and links.
+
+Every answer comes from :mod:`hyperscope.timeline`; this module checks parameters, runs the work
+under the server's query limits (the first request of a profile builds its timeline index, seconds
+at ten million events) and maps errors to status codes like the rest of the API. Timestamps in JSON
+are decimal strings: epoch nanoseconds are beyond the integers a browser's numbers hold exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Final
+
+import duckdb
+import numpy as np
+import orjson
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import Response
+
+from hyperscope import timeline as tl
+from hyperscope.errors import UsageError
+from hyperscope.server.jobs import ProfileHit
+from hyperscope.server.limits import QueryLimits
+from hyperscope.store.profile import Profile
+from hyperscope.timeline.rows import sample_key
+from hyperscope.timeline.tile import MAX_ROWS, MAX_WIDTH
+
+MEDIA_TYPE: Final = "application/vnd.hyperscope.tile"
+_TS_KEYS: Final = frozenset({"ts_ns"})
+
+
+def _strings(value: Any) -> Any:
+    """Every ``ts_ns`` as a decimal string, recursively (see the module docstring)."""
+    if isinstance(value, dict):
+        return {
+            k: (str(v) if k in _TS_KEYS and isinstance(v, int) else _strings(v)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_strings(v) for v in value]
+    return value
+
+
+def _json(body: object) -> Response:
+    return Response(orjson.dumps(_strings(body)), media_type="application/json")
+
+
+def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: QueryLimits) -> APIRouter:
+    """The endpoints, over the app's catalog look-up and query limits."""
+    api = APIRouter(prefix="/api/profiles/{profile_id}/timeline", tags=["timeline"])
+
+    def run(profile_id: str, what: str, work: Callable[[tl.Index, duckdb.DuckDBPyConnection], Any]) -> Any:
+        hit, profile = open_profile(profile_id)
+
+        def job(con: duckdb.DuckDBPyConnection) -> Any:
+            return work(tl.load(profile), con)
+
+        return limits.run(profile, job, what), hit, profile
+
+    @api.get("/rows")
+    def get_rows(profile_id: str) -> Response:
+        """The row tree (job → node → CPU / GPUs → utilization, host threads, streams) and steps."""
+
+        def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            hit, _ = open_profile(profile_id)
+            ends = index.ts + index.dur
+            return {
+                "profile": profile_id,
+                "start_ns": int(index.ts.min()) if len(index.ts) else 0,
+                "end_ns": int(ends.max()) if len(index.ts) else 0,
+                "kinds": list(tl.index.KINDS),
+                "root": tl.tree(index, con, hit.job.name).to_json(),
+                "steps": tl.steps(index),
+            }
+
+        answer, _, _ = run(profile_id, "the timeline rows", work)
+        answer["start_ns"] = str(answer["start_ns"])
+        answer["end_ns"] = str(answer["end_ns"])
+        return _json(answer)
+
+    @api.get("/tile")
+    def get_tile(
+        profile_id: str,
+        rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
+        t0_ns: Annotated[int, Query(description="window start, epoch ns")],
+        t1_ns: Annotated[int, Query(description="window end, epoch ns (exclusive)")],
+        width: Annotated[int, Query(ge=1, le=MAX_WIDTH, description="pixels across the window")],
+    ) -> Response:
+        """Events at least a pixel wide as they are, the others merged per column (binary payload)."""
+        row_ids = [r for r in rows.split(",") if r]
+        if not 1 <= len(row_ids) <= MAX_ROWS:
+            raise UsageError(f"rows: expected 1 to {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
+        if t1_ns <= t0_ns:
+            raise UsageError(f"t1_ns {t1_ns}: expected a time after t0_ns ({t0_ns})")
+        sample_ids = [r for r in row_ids if sample_key(r) is not None]
+        event_ids = [r for r in row_ids if sample_key(r) is None]
+
+        def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> bytes:
+            if event_ids:
+                t = tl.tile(index, event_ids, t0_ns, t1_ns, width)
+            else:
+                t = tl.Tile(row_ids=[], t0_ns=t0_ns, t1_ns=t1_ns, width_px=width, min_px=1.0)
+            if sample_ids:
+                s_row, t.s_ts, t.s_val = tl.sample_tile(con, sample_ids, t0_ns, t1_ns, width)
+                t.s_row = (s_row + len(event_ids)).astype(np.uint16)
+            t.row_ids = event_ids + sample_ids
+            return tl.encode(t)
+
+        payload, _, _ = run(profile_id, "a timeline tile", work)
+        return Response(payload, media_type=MEDIA_TYPE)
+
+    @api.get("/event")
+    def get_event(
+        profile_id: str, id: Annotated[int, Query(ge=0, description="event id from a tile")]
+    ) -> Response:
+        """Every stored field of one event, its row and its linked launch or kernel."""
+
+        def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            _, profile = open_profile(profile_id)
+            try:
+                return tl.event(profile, index, id)
+            except tl.EventNotFound as exc:
+                raise HTTPException(404, str(exc)) from None
+
+        answer, _, _ = run(profile_id, "an event", work)
+        return _json(answer)
+
+    @api.get("/links")
+    def get_links(
+        profile_id: str,
+        rank: Annotated[int, Query(description="rank of the launch or kernel")],
+        correlation: Annotated[int, Query(ge=0, description="CUDA correlation id")],
+    ) -> Response:
+        """The launch and the kernel (memcpy, memset) sharing ``correlation`` on ``rank``."""
+        answer, _, _ = run(profile_id, "links", lambda index, con: tl.links(index, rank, correlation))
+        return _json({"rank": rank, "correlation": correlation, "events": answer})
+
+    @api.get("/flows")
+    def get_flows(
+        profile_id: str,
+        rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
+        t0_ns: int,
+        t1_ns: int,
+    ) -> Response:
+        """Launch → kernel arrows for everything visible in the window (5000 at most)."""
+        row_ids = [r for r in rows.split(",") if r]
+        if t1_ns <= t0_ns:
+            raise UsageError(f"t1_ns {t1_ns}: expected a time after t0_ns ({t0_ns})")
+        answer, _, _ = run(profile_id, "flows", lambda index, con: tl.flows(index, row_ids, t0_ns, t1_ns))
+        return _json({"flows": answer})
+
+    return api

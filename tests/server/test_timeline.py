@@ -1,0 +1,114 @@
+"""The timeline endpoints: rows, binary tiles equal to the engine's, details, links, errors, token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from hyperscope import timeline as tl
+from hyperscope.schema.layout import profile_dir
+from hyperscope.server import create_app
+from hyperscope.store.profile import Profile
+from tests.server.conftest import Home, local
+
+BASE = "/api/profiles/{}/timeline"
+
+
+def _leaves(row: dict[str, Any]) -> list[dict[str, Any]]:
+    kids = row.get("children", [])
+    return [row] if not kids else [leaf for k in kids for leaf in _leaves(k)]
+
+
+def test_rows_then_tile_equal_the_engine(client: TestClient, home: Home) -> None:
+    got = client.get(BASE.format(home.h200) + "/rows")
+    assert got.status_code == 200
+    body = got.json()
+    assert isinstance(body["start_ns"], str) and int(body["end_ns"]) > int(body["start_ns"])
+    assert len(body["steps"]) == 40 and isinstance(body["steps"][0]["ts_ns"], str)
+    leaves = _leaves(body["root"])
+    ids = [leaf["id"] for leaf in leaves]
+    assert "stream/0/0/7" in ids and "util/vm/0" in ids
+    step = body["steps"][10]
+    t0 = int(step["ts_ns"])
+    t1 = t0 + step["dur_ns"]
+    rows = [i for i in ids if i.startswith(("stream/", "host/", "util/"))]
+    r = client.get(
+        BASE.format(home.h200) + "/tile",
+        params={"rows": ",".join(rows), "t0_ns": t0, "t1_ns": t1, "width": 900},
+    )
+    assert r.status_code == 200 and r.headers["content-type"] == "application/vnd.hyperscope.tile"
+    header, cols = tl.decode(r.content)
+    profile = Profile.open(profile_dir(home.path, home.h200))
+    event_rows = [i for i in rows if not i.startswith("util/")]
+    want = tl.tile(tl.load(profile), event_rows, t0, t1, 900)
+    assert header["rows"] == [*event_rows, "util/vm/0"]
+    assert np.array_equal(cols["id"], want.id) and np.array_equal(cols["bin_busy"], want.bin_busy)
+    assert header["samples"] > 0 and set(cols["s_row"].tolist()) == {len(event_rows)}
+    # a kernel's details and its launch
+    kernel = next(i for i in range(header["events"]) if header["kinds"][cols["kind"][i]] == "kernel")
+    ev = client.get(BASE.format(home.h200) + "/event", params={"id": int(cols["id"][kernel])}).json()
+    assert ev["fields"]["kind"] == "kernel" and ev["links"][0]["role"] == "launch"
+    assert isinstance(ev["fields"]["ts_ns"], str)
+    links = client.get(
+        BASE.format(home.h200) + "/links", params={"rank": 0, "correlation": int(cols["corr"][kernel])}
+    ).json()
+    assert [e["role"] for e in links["events"]] == ["launch", "kernel"]
+    flows = client.get(
+        BASE.format(home.h200) + "/flows", params={"rows": ",".join(rows), "t0_ns": t0, "t1_ns": t1}
+    )
+    assert flows.status_code == 200 and len(flows.json()["flows"]) > 10
+
+
+def test_tile_of_a_generated_profile_is_bounded(client: TestClient, home: Home) -> None:
+    body = client.get(BASE.format(home.big) + "/rows").json()
+    rows = [leaf["id"] for leaf in _leaves(body["root"]) if leaf["type"] == "events"]
+    r = client.get(
+        BASE.format(home.big) + "/tile",
+        params={"rows": ",".join(rows), "t0_ns": body["start_ns"], "t1_ns": body["end_ns"], "width": 8192},
+    )
+    assert r.status_code == 200 and len(r.content) <= 2_000_000
+    header, _ = tl.decode(r.content)
+    assert header["events"] + header["bins"] > 0
+
+
+@pytest.mark.parametrize(
+    ("params", "word"),
+    [
+        ({"rows": "stream/0/0/7", "t0_ns": 10, "t1_ns": 5, "width": 100}, "t1_ns"),
+        ({"rows": "stream/0/0/7", "t0_ns": 0, "t1_ns": 5, "width": 0}, "width"),
+        ({"rows": "stream/0/0/7", "t0_ns": 0, "t1_ns": 5, "width": 99999}, "width"),
+        ({"rows": "nope/1", "t0_ns": 0, "t1_ns": 5, "width": 10}, "rows"),
+        ({"rows": "", "t0_ns": 0, "t1_ns": 5, "width": 10}, "rows"),
+        ({"rows": "stream/0/0/7", "t0_ns": "soon", "t1_ns": 5, "width": 10}, "t0_ns"),
+        ({"t0_ns": 0, "t1_ns": 5, "width": 10}, "rows"),
+    ],
+)
+def test_bad_tile_parameters_are_400(
+    client: TestClient, home: Home, params: dict[str, Any], word: str
+) -> None:
+    r = client.get(BASE.format(home.h200) + "/tile", params=params)
+    assert r.status_code == 400, r.text
+    assert word in r.json()["detail"]
+
+
+def test_unknown_ids_are_404(client: TestClient, home: Home) -> None:
+    assert client.get(BASE.format("0123456789abcdef") + "/rows").status_code == 404
+    r = client.get(BASE.format(home.h200) + "/event", params={"id": 1 << 50})
+    assert r.status_code == 404 and "no such event" in r.json()["detail"]
+    assert client.get(BASE.format(home.h200) + "/event", params={"id": -1}).status_code == 400
+    assert (
+        client.get(BASE.format(home.h200) + "/links", params={"rank": 0, "correlation": -3}).status_code
+        == 400
+    )
+
+
+def test_timeline_needs_the_token(home: Home, tmp_path: Path) -> None:
+    app = create_app(home.path, token="s3cret", static_dir=tmp_path / "none")
+    with local(app) as c:
+        path = BASE.format(home.h200) + "/rows"
+        assert c.get(path).status_code == 401
+        assert c.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
