@@ -112,3 +112,19 @@ def test_timeline_needs_the_token(home: Home, tmp_path: Path) -> None:
         path = BASE.format(home.h200) + "/rows"
         assert c.get(path).status_code == 401
         assert c.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_search_finds_every_match_by_start(client: TestClient, home: Home) -> None:
+    r = client.get(BASE.format(home.h200) + "/search", params={"q": "ELEMENTWISE", "limit": 50}).json()
+    profile = Profile.open(profile_dir(home.path, home.h200))
+    (want,) = (
+        profile.connect()
+        .execute(
+            "SELECT count(*) FROM events WHERE ph = 'X' AND kind = 'kernel' AND name ILIKE '%elementwise%'"
+        )
+        .fetchone()
+    )  # type: ignore[misc]
+    assert r["total"] == want and len(r["matches"]) == 50
+    starts = [int(m["ts_ns"]) for m in r["matches"]]
+    assert starts == sorted(starts) and all("elementwise" in m["name"].lower() for m in r["matches"])
+    assert client.get(BASE.format(home.h200) + "/search", params={"q": ""}).status_code == 400

@@ -22,6 +22,7 @@ from hyperscope.errors import UsageError
 from hyperscope.server.jobs import ProfileHit
 from hyperscope.server.limits import QueryLimits
 from hyperscope.store.profile import Profile
+from hyperscope.timeline.links import MAX_MATCHES
 from hyperscope.timeline.rows import sample_key
 from hyperscope.timeline.tile import MAX_ROWS, MAX_WIDTH
 
@@ -147,5 +148,16 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
             raise UsageError(f"t1_ns {t1_ns}: expected a time after t0_ns ({t0_ns})")
         answer, _, _ = run(profile_id, "flows", lambda index, con: tl.flows(index, row_ids, t0_ns, t1_ns))
         return _json({"flows": answer})
+
+    @api.get("/search")
+    def get_search(
+        profile_id: str,
+        q: Annotated[str, Query(min_length=1, max_length=500, description="part of a name, any case")],
+        limit: Annotated[int, Query(ge=1, le=MAX_MATCHES)] = MAX_MATCHES,
+    ) -> Response:
+        """Events whose name holds ``q``: the count, and the first ``limit`` by start."""
+        answer, _, _ = run(profile_id, "a search", lambda index, con: tl.search(index, q, limit))
+        total, matches = answer
+        return _json({"q": q, "total": total, "matches": matches})
 
     return api

@@ -157,3 +157,22 @@ def event(profile: Profile, index: Index, event_id: int) -> dict[str, Any]:
                 e for e in links(index, row_of(index, i).rank, int(index.corr[i])) if e["id"] != event_id
             ]
     return out
+
+
+#: matches answered by one search at most
+MAX_MATCHES: Final = 1000
+
+
+def search(index: Index, text: str, limit: int = MAX_MATCHES) -> tuple[int, list[dict[str, Any]]]:
+    """Events whose name holds ``text`` (any case): how many in all, and the first ``limit`` by
+    start, so the UI can jump from one to the next across the whole profile."""
+    if not text:
+        raise UsageError("q: expected a non-empty part of an event name")
+    needle = text.lower()
+    ids = [i for i, n in enumerate(index.names) if needle in n.lower()]
+    if not ids:
+        return 0, []
+    hit = np.flatnonzero(np.isin(index.name, np.asarray(ids, dtype=np.int32)))
+    total = len(hit)
+    first = hit[np.argsort(index.ts[hit], kind="stable")[:limit]]
+    return total, [_event(index, int(i), "match") for i in first]
