@@ -44,10 +44,13 @@ def test_a_silent_node_is_replaced_by_an_idle_spare_of_its_group() -> None:
     assert str(actions[0]) == "replace w1 -> s1: not responding (Slurm: down+not_responding)"
 
 
-def test_a_spare_that_is_itself_sick_is_not_used() -> None:
+def test_a_spare_that_is_itself_sick_is_not_used_and_is_repaired_in_place() -> None:
     nodes = [NodeView("w1", "workers", "DOWN"), NodeView("s1", "workers", "IDLE", spare=True)]
     actions = decide_nodes(nodes, {"s1": _failing("s1", Remedy.REPLACE)})
-    assert actions == [Action(Kind.REPLACE, ("w1",), "not responding (Slurm: down)")]
+    assert actions == [
+        Action(Kind.REPLACE, ("w1",), "not responding (Slurm: down)"),
+        Action(Kind.REPLACE, ("s1",), "hyperscope: gpu0.ecc: 2 uncorrectable ECC error(s)"),
+    ]
 
 
 def test_health_failures_follow_their_remedy_and_reboots_are_not_repeated_forever() -> None:
@@ -90,5 +93,6 @@ def test_a_node_whose_slurmd_is_gone_is_replaced_before_slurm_notices() -> None:
         NodeView("s2", "workers", "IDLE", spare=True),
     ]
     assert decide_nodes(nodes, {}) == [
-        Action(Kind.REPLACE, ("w1", "s2"), "not responding (its slurmd is gone)")
+        Action(Kind.REPLACE, ("w1", "s2"), "not responding (its slurmd is gone)"),
+        Action(Kind.REPLACE, ("s1",), "not responding (its slurmd is gone)"),  # re-created in place
     ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ from hyperscope.recovery import heartbeat
 from hyperscope.recovery.decide import Action, JobView, Kind, NodeView, Policy, decide_jobs, decide_nodes
 
 LOG = "agent.log"
+BUSY_INTERVAL_S = 0.2
+#: after a node comes back, how long its "not responding" flag is ignored (notes: idle* for ~1 s)
+SETTLE_S = 10.0
 
 
 def heartbeat_dir(state: ClusterState) -> Path:
@@ -61,6 +65,13 @@ class Agent:
     running_since: dict[tuple[int, int], float] = field(default_factory=dict)
     released: set[tuple[int, int]] = field(default_factory=set)
     pending_since: dict[tuple[int, int], float] = field(default_factory=dict)
+    #: node restarts and re-creations in progress
+    workers: list[threading.Thread] = field(default_factory=list)
+    #: a recovery under way (a job requeued or completing, a node coming back): look every
+    #: BUSY_INTERVAL_S instead, so the hold is lifted soon after the requeue's second is over
+    busy: bool = False
+    #: node -> until when Slurm's "not responding" is not believed (it just came back)
+    settling: dict[str, float] = field(default_factory=dict)
 
     @property
     def dir(self) -> Path:
@@ -93,6 +104,11 @@ class Agent:
         for action in actions:
             self.apply(action)
         self.release_requeued(slurm, jobs)
+        self.busy = any(
+            j.state == "COMPLETING"
+            or (j.state == "PENDING" and j.restarts and (j.id, j.restarts) not in self.released)
+            for j in jobs
+        ) or any(w.is_alive() for w in self.workers)
         return actions
 
     def node_views(self, state: ClusterState, live: list[Node]) -> list[NodeView]:
@@ -104,12 +120,17 @@ class Agent:
                 continue
             if s.available and not s.reason:
                 self.reboots.pop(n.name, None)
+            flags = s.flags
+            if self.clock() < self.settling.get(n.name, 0.0):
+                # just restarted: Slurm shows it not responding (idle*) for a second or so after
+                # `state=resume`; its own slurmd is watched meanwhile (daemon_alive)
+                flags = tuple(f for f in flags if f != "NOT_RESPONDING")
             views.append(
                 NodeView(
                     name=n.name,
                     group=n.group,
                     state=s.state,
-                    flags=s.flags,
+                    flags=flags,
                     reason=s.reason,
                     spare=n.spare,
                     reboots=self.reboots.get(n.name, 0),
@@ -140,6 +161,9 @@ class Agent:
     # --- applying ---------------------------------------------------------------------------------
 
     def apply(self, action: Action) -> None:
+        """Job actions and the quick part of a node action (fence, spare swap) run now; a node's
+        restart or re-creation runs on a thread, so the loop goes on lifting requeued jobs' holds
+        meanwhile (the job need not wait for the failed node to come back)."""
         base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": action.job}
         self.log({**base, "phase": "decided", "reason": action.reason})
         t0 = self.clock()
@@ -147,7 +171,11 @@ class Agent:
             if action.job is not None:
                 self._job_action(action)
             else:
-                self._node_action(action)
+                self._fence(action)
+                worker = threading.Thread(target=self._finish, args=(action, base, t0), daemon=True)
+                self.workers.append(worker)
+                worker.start()
+                return
         except (ClusterError, SlurmError, OSError) as exc:
             self.log({**base, "phase": "failed", "error": str(exc), "seconds": round(self.clock() - t0, 3)})
             return
@@ -165,43 +193,58 @@ class Agent:
             )
             slurm.run("scancel", action.job)
 
-    def _node_action(self, action: Action) -> None:
-        provider = LocalProvider(self.home)
+    def _fence(self, action: Action) -> None:
+        """Mark the node as being worked on, take it out of service (its jobs requeue now) and
+        swap the spare in."""
         with cluster_lock(self.home, self.name):
             state = self._state()
             if state.provider != "local":
                 raise ClusterError(f"the agent cannot {action.kind} nodes of a {state.provider} cluster")
             node = state.node(action.nodes[0])
             slurm = Slurm(Path(state.slurm_conf))
-            node.status, node.since, node.last_action = (
-                "Rebooting" if action.kind is Kind.REBOOT else "Replacing",
-                self.clock(),
-                str(action),
-            )
+            replacing = action.kind is Kind.REPLACE
+            node.status = "Replacing" if replacing else "Rebooting"
+            node.since, node.last_action = self.clock(), str(action)
             state.status = "Updating"
             state.save()
+            try:
+                verb = "replacing" if replacing else "rebooting"
+                nodeops.fence(slurm, node.name, f"hyperscope agent: {verb}: {action.reason}")
+                if replacing and len(action.nodes) > 1:
+                    nodeops.swap_in(slurm, state, node, state.node(action.nodes[1]))
+            except (ClusterError, SlurmError, OSError) as exc:
+                node.status, node.since = "Failed", self.clock()
+                node.last_action = f"{action}; failed: {exc}"
+                state.status = "InService"
+                raise
+            finally:
+                state.save()
+
+    def _finish(self, action: Action, base: dict[str, Any], t0: float) -> None:
+        provider = LocalProvider(self.home)
+        error = ""
+        with cluster_lock(self.home, self.name):
+            state = self._state()
+            node = state.node(action.nodes[0])
             try:
                 if action.kind is Kind.REBOOT:
                     self.reboots[node.name] = self.reboots.get(node.name, 0) + 1
                     nodeops.reboot(provider, state, node, action.reason)
                 else:
-                    nodeops.fence(slurm, node.name, f"hyperscope agent: replacing: {action.reason}")
-                    if len(action.nodes) > 1:
-                        nodeops.swap_in(slurm, state, node, state.node(action.nodes[1]))
-                        state.save()
-                        self.release_requeued(slurm, slurm.jobs())  # the job may run on the spare now
                     nodeops.recreate(provider, state, node)
                     node.replacements += 1
                     self.reboots.pop(node.name, None)
+                node.status = "Running"
             except (ClusterError, SlurmError, OSError) as exc:
-                node.status, node.since = "Failed", self.clock()
-                node.last_action = f"{action}; failed: {exc}"
-                raise
-            finally:
-                if node.status != "Failed":
-                    node.status, node.since = "Running", self.clock()
+                error = str(exc)
+                node.status, node.last_action = "Failed", f"{action}; failed: {exc}"
+            node.since = self.clock()
+            self.settling[node.name] = self.clock() + SETTLE_S
+            if not any(n.status in ("Replacing", "Rebooting") for n in state.nodes):
                 state.status = "InService"
-                state.save()
+            state.save()
+        outcome = {"phase": "failed", "error": error} if error else {"phase": "done"}
+        self.log({**base, **outcome, "seconds": round(self.clock() - t0, 3)})
 
     def release_requeued(self, slurm: Slurm, jobs: list[Job]) -> None:
         """A requeued job waits ``cred_expire`` s (Reason=BeginTime) for nothing: start it now."""
@@ -238,4 +281,4 @@ class Agent:
             except (ClusterError, OSError) as exc:
                 self.log({"kind": "error", "phase": "failed", "error": str(exc)})
             n += 1
-            time.sleep(interval)
+            time.sleep(min(interval, BUSY_INTERVAL_S) if self.busy else interval)

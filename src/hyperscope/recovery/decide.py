@@ -14,7 +14,8 @@ The rules, in order of precedence for one node:
    repeated forever.
 4. A node drained by hyperscope's health check (reason ``hyperscope: ...``) with no fresher report
    is replaced.
-Warnings never act. A replacement takes a spare of the same group when one is idle and healthy;
+Warnings never act. A sick spare is rebooted or re-created in place.
+A replacement takes a spare of the same group when one is idle and healthy;
 otherwise the node is re-created under its own name (the local provider) — ``Action.nodes`` says
 which: ``(node,)`` or ``(node, spare)``.
 
@@ -79,12 +80,13 @@ def decide_nodes(
     spares = [n for n in nodes if n.spare and _healthy(n, health)]
     actions = []
     for node in nodes:
-        if node.spare:
-            continue
         decided = _decide(node, health.get(node.name), policy)
         if decided is None:
             continue
         kind, reason = decided
+        if node.spare:  # a sick spare is repaired in place, never by another spare
+            actions.append(Action(kind, (node.name,), reason))
+            continue
         if kind is Kind.REPLACE:
             spare = next((s for s in spares if s.group == node.group), None)
             if spare is not None:
