@@ -163,10 +163,11 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="hs-recovery-") as tmp:
                 results.append(one_run(Path(tmp), agent, args))
     keys = ("detection_s", "running_again_s", "first_new_step_s", "steps_lost")
-    rows, medians = [], {}
+    rows: list[list[object]] = []
+    medians: dict[str, dict[str, float | None]] = {}
     for mode in ("agent", "plain --requeue"):
         mine = [r for r in results if r["mode"] == mode]
-        med = {
+        med: dict[str, float | None] = {
             k: statistics.median(v for r in mine if (v := r[k]) is not None)
             if any(r[k] is not None for r in mine)
             else None
@@ -174,7 +175,7 @@ def main() -> None:
         }
         medians[mode] = med
         rows.append(
-            [mode, *(None if med[k] is None else round(med[k], 2) for k in keys), mine[0]["final_state"]]
+            [mode, *(None if (m := med[k]) is None else round(m, 2) for k in keys), mine[0]["final_state"]]
         )
     print_table(["mode", "detected s", "running again s", "first new step s", "steps lost", "job"], rows)
     a, b = medians["agent"], medians["plain --requeue"]
