@@ -1,5 +1,6 @@
 // Entry: header (tabs, loaded-profile bar, errors) and three pages routed by the URL hash:
-// #/jobs, #/dashboard, #/info. #/dashboard/<profile id> loads that profile first.
+// #/jobs, #/dashboard, #/timeline, #/info. #/dashboard/<profile id> (or #/timeline/<id>) loads that
+// profile first.
 import "./style.css";
 
 import { getProfile } from "./api";
@@ -9,17 +10,19 @@ import { errorBanner, showError } from "./errors";
 import "./hooks";
 import { infoPage } from "./info";
 import { jobsPage } from "./jobs";
-import { loaded, loadedBar, setLoaded } from "./loaded";
+import { loaded, loadedBar, onLoadedChange, setLoaded } from "./loaded";
+import { timelinePage } from "./timeline/view";
 
-type Route = "jobs" | "dashboard" | "info";
+type Route = "jobs" | "dashboard" | "timeline" | "info";
 
 const jobs = jobsPage(() => go("dashboard"));
 const dashboard = dashboardPage();
 const info = infoPage();
-const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, info };
+const timeline = timelinePage();
+const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, info };
 
 const tabs = (Object.keys(pages) as Route[]).map((route) =>
-  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", info: "Profile info" }[route]),
+  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", timeline: "Timeline", info: "Profile info" }[route]),
 );
 
 const app = document.getElementById("app") as HTMLElement;
@@ -34,6 +37,7 @@ app.replaceChildren(
   errorBanner(),
   jobs.root,
   dashboard.root,
+  timeline.root,
   info.root,
 );
 
@@ -65,8 +69,14 @@ async function route_(): Promise<void> {
     page.setActive(on);
   }
   for (const tab of tabs) tab.classList.toggle("active", tab.dataset.route === route);
+  const current = loaded();
+  if (route === "timeline" && current) timeline.load(current.profileId);
   document.body.dataset.route = route;
 }
 
 window.addEventListener("hashchange", () => void route_());
 void route_();
+// A profile loaded (or another one) while the timeline is shown: show that one.
+onLoadedChange((l) => {
+  if (l && document.body.dataset.route === "timeline") timeline.load(l.profileId);
+});

@@ -1,0 +1,203 @@
+// The timeline endpoints of docs/ui-api.md: JSON for rows, details, links and search; a binary
+// tile decoded into typed arrays (no per-event objects, so 30k events cost a few copies).
+// Times: the server's epoch nanoseconds are strings (beyond a double's exact integers); the view
+// works in numbers of nanoseconds relative to the profile's start (`origin`), exact up to 104 days.
+
+export interface TlRow {
+  id: string;
+  label: string;
+  type: "group" | "events" | "samples";
+  children?: TlRow[];
+  events?: number;
+  depths?: number;
+  unit?: string;
+}
+
+export interface TlStep {
+  name: string;
+  rank: number;
+  ts_ns: string;
+  dur_ns: number;
+}
+
+export interface TlRows {
+  profile: string;
+  start_ns: string;
+  end_ns: string;
+  kinds: string[];
+  root: TlRow;
+  steps: TlStep[];
+}
+
+export interface TlEventRef {
+  role: string;
+  row: string;
+  id: number;
+  name: string;
+  kind: string;
+  ts_ns: string;
+  dur_ns: number;
+  depth: number;
+  correlation: number;
+  rank: number;
+}
+
+export interface TlDetails {
+  id: number;
+  fields: Record<string, unknown>;
+  row: string | null;
+  depth?: number;
+  links: TlEventRef[];
+}
+
+export interface TlFlow {
+  rank: number;
+  correlation: number;
+  launch: { row: string; id: number; ts_ns: string; dur_ns: number; depth: number };
+  kernel: { row: string; id: number; ts_ns: string; dur_ns: number; depth: number };
+}
+
+export interface Tile {
+  rows: string[];
+  t0: number; // relative to origin
+  t1: number;
+  width: number;
+  minPx: number;
+  binSpan: number;
+  names: string[];
+  kinds: string[];
+  row: Uint16Array;
+  depth: Uint16Array;
+  kind: Uint8Array;
+  name: Uint32Array;
+  ts: Float64Array; // relative to origin
+  dur: Float64Array;
+  corr: Float64Array;
+  id: Float64Array;
+  binRow: Uint16Array;
+  binDepth: Uint16Array;
+  binCol: Uint32Array;
+  binCount: Uint32Array;
+  binBusy: Float64Array;
+  sRow: Uint16Array;
+  sTs: Float64Array;
+  sVal: Float64Array;
+  bytes: number;
+}
+
+async function failIfBad(r: Response): Promise<Response> {
+  if (!r.ok) {
+    let detail = `${r.status} ${r.statusText}`;
+    try {
+      detail = ((await r.json()) as { detail?: string }).detail ?? detail;
+    } catch {
+      /* not JSON */
+    }
+    throw new Error(detail);
+  }
+  return r;
+}
+
+function base(profile: string): string {
+  return `/api/profiles/${encodeURIComponent(profile)}/timeline`;
+}
+
+async function json<T>(url: string, signal?: AbortSignal): Promise<T> {
+  const r = await failIfBad(await fetch(url, signal ? { signal } : {}));
+  return (await r.json()) as T;
+}
+
+export const getRows = (p: string): Promise<TlRows> => json(`${base(p)}/rows`);
+export const getEvent = (p: string, id: number): Promise<TlDetails> => json(`${base(p)}/event?id=${id}`);
+export const getSearch = (p: string, q: string): Promise<{ total: number; matches: TlEventRef[] }> =>
+  json(`${base(p)}/search?q=${encodeURIComponent(q)}`);
+export const getFlows = (p: string, rows: string[], t0: bigint, t1: bigint): Promise<{ flows: TlFlow[] }> =>
+  json(`${base(p)}/flows?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${t0}&t1_ns=${t1}`);
+
+/** int64 columns as float64 relative to `origin` (exact below 2^53 ns), or as plain numbers. */
+function toF64(src: BigInt64Array, origin: bigint | null): Float64Array {
+  const out = new Float64Array(src.length);
+  for (let i = 0; i < src.length; i++) out[i] = Number(origin === null ? src[i]! : src[i]! - origin);
+  return out;
+}
+
+export async function getTile(
+  p: string,
+  rows: string[],
+  t0: number,
+  t1: number,
+  width: number,
+  origin: bigint,
+  signal: AbortSignal,
+): Promise<Tile> {
+  const a = origin + BigInt(Math.floor(t0));
+  const b = origin + BigInt(Math.ceil(t1));
+  const url = `${base(p)}/tile?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${a}&t1_ns=${b}&width=${width}`;
+  const r = await failIfBad(await fetch(url, { signal }));
+  return decodeTile(await r.arrayBuffer(), origin);
+}
+
+export function decodeTile(buf: ArrayBuffer, origin: bigint): Tile {
+  const view = new DataView(buf);
+  const magic = new TextDecoder().decode(new Uint8Array(buf, 0, 4));
+  if (magic !== "HSTL") throw new Error("not a timeline tile");
+  const n = view.getUint32(4, true);
+  const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n))) as {
+    rows: string[];
+    t0_ns: string;
+    t1_ns: string;
+    width: number;
+    min_px: number;
+    bin_span: number;
+    names: string[];
+    kinds: string[];
+    columns: { name: string; dtype: string; offset: number; length: number }[];
+  };
+  const start = 8 + n;
+  const col = (name: string): ArrayBufferView => {
+    const c = header.columns.find((x) => x.name === name);
+    if (!c) throw new Error(`tile: no column ${name}`);
+    const at = start + c.offset;
+    switch (c.dtype) {
+      case "u1":
+        return new Uint8Array(buf, at, c.length);
+      case "u2":
+        return new Uint16Array(buf, at, c.length);
+      case "u4":
+        return new Uint32Array(buf, at, c.length);
+      case "i8":
+        return new BigInt64Array(buf, at, c.length);
+      case "f8":
+        return new Float64Array(buf, at, c.length);
+      default:
+        throw new Error(`tile: column ${name} has type ${c.dtype}`);
+    }
+  };
+  return {
+    rows: header.rows,
+    t0: Number(BigInt(header.t0_ns) - origin),
+    t1: Number(BigInt(header.t1_ns) - origin),
+    width: header.width,
+    minPx: header.min_px,
+    binSpan: header.bin_span,
+    names: header.names,
+    kinds: header.kinds,
+    row: col("row") as Uint16Array,
+    depth: col("depth") as Uint16Array,
+    kind: col("kind") as Uint8Array,
+    name: col("name") as Uint32Array,
+    ts: toF64(col("ts") as BigInt64Array, origin),
+    dur: toF64(col("dur") as BigInt64Array, null),
+    corr: toF64(col("corr") as BigInt64Array, null),
+    id: toF64(col("id") as BigInt64Array, null),
+    binRow: col("bin_row") as Uint16Array,
+    binDepth: col("bin_depth") as Uint16Array,
+    binCol: col("bin_col") as Uint32Array,
+    binCount: col("bin_count") as Uint32Array,
+    binBusy: toF64(col("bin_busy") as BigInt64Array, null),
+    sRow: col("s_row") as Uint16Array,
+    sTs: toF64(col("s_ts") as BigInt64Array, origin),
+    sVal: col("s_val") as Float64Array,
+    bytes: buf.byteLength,
+  };
+}
