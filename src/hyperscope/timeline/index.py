@@ -150,10 +150,34 @@ def load(profile: Profile) -> Index:
             return found
         index = _read(where)
         if index is None:
-            index = build(profile)
-            _store(index, where)
+            index = _build_and_store(profile, where)
         _CACHE[where] = index
         return index
+
+
+def _build_and_store(profile: Profile, where: Path) -> Index:
+    """Build into a staging directory renamed into place (readers see all of it or nothing);
+    in memory where the store is read-only."""
+    tmp = where.with_name(f".{where.name}.{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        log.debug("hyperscope: the timeline index of %s is kept in memory: %s", where, exc)
+        return build(profile)
+    try:
+        index = build(profile, tmp)
+        for old in where.parent.glob("timeline-*"):  # indexes of older code or fewer parts
+            if old != where:
+                shutil.rmtree(old, ignore_errors=True)
+        os.rename(tmp, where)
+    except OSError as exc:
+        log.debug("hyperscope: the timeline index of %s is not stored: %s", where, exc)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return build(profile)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    found = _read(where)
+    return found if found is not None else index
 
 
 def _read(where: Path) -> Index | None:
@@ -169,34 +193,31 @@ def _read(where: Path) -> Index | None:
     return Index(rows=rows, names=tuple(meta["names"]), parts=tuple(meta["parts"]), **arrays)
 
 
-def _store(index: Index, where: Path) -> None:
-    """Write beside the profile, best effort (a read-only store keeps it in memory only)."""
-    tmp = where.with_name(f".{where.name}.{os.getpid()}-{uuid.uuid4().hex[:6]}")
-    try:
-        tmp.mkdir(parents=True)
-        for c in COLUMNS:
-            np.save(tmp / f"{c}.npy", getattr(index, c))
-        meta: dict[str, Any] = {
-            "rows": [{f: getattr(r, f) for f in RowInfo.__slots__} for r in index.rows],
-            "names": list(index.names),
-            "parts": list(index.parts),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta))
-        for old in where.parent.glob("timeline-*"):  # indexes of older code or fewer parts
-            if old != where:
-                shutil.rmtree(old, ignore_errors=True)
-        os.rename(tmp, where)
-    except OSError as exc:
-        log.debug("hyperscope: the timeline index of %s is not stored: %s", where, exc)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _sq(text: str) -> str:
     return text.replace("'", "''")
 
 
-def build(profile: Profile) -> Index:
-    """Read the profile's drawable events once and arrange them (see the module docstring)."""
+_DTYPES: Final = {
+    "ts": np.int64,
+    "dur": np.int64,
+    "name": np.int32,
+    "kind": np.int8,
+    "corr": np.int64,
+    "depth": np.uint16,
+    "src": np.int64,
+    "cum": np.int64,
+    "perm": np.int64,
+    "cts": np.int64,
+}
+
+
+def build(profile: Profile, out: Path | None = None) -> Index:
+    """Read the profile's drawable events and arrange them (see the module docstring).
+
+    One rank at a time (rows never span ranks, and the store's row groups are sorted by rank, so
+    each query reads only that rank's): memory stays that of the largest rank, not the profile's.
+    With ``out``, the columns are written there as ``.npy`` files as they are filled.
+    """
     parts = _parts(profile)
     kinds_sql = ", ".join(f"'{k}'" for k in KINDS)
     host_sql = ", ".join(f"'{k}'" for k in HOST_KINDS)
@@ -214,11 +235,11 @@ def build(profile: Profile) -> Index:
             con.execute("CREATE TEMP TABLE fid (filename VARCHAR, fid BIGINT)")
             source = "(SELECT *, '' AS filename, 0::BIGINT AS file_row_number FROM events)"
         con.execute(
-            f"""CREATE TEMP TABLE ev AS
+            f"""CREATE TEMP VIEW ev AS
             SELECT CASE WHEN kind IN ({host_sql}) THEN 'host' ELSE 'device' END AS side, rank,
                    coalesce(node, '') AS node,
-                   CASE WHEN kind IN ({host_sql}) THEN pid ELSE coalesce(device, pid) END AS a,
-                   CASE WHEN kind IN ({host_sql}) THEN tid ELSE coalesce(stream, tid) END AS b,
+                   coalesce(CASE WHEN kind IN ({host_sql}) THEN pid ELSE coalesce(device, pid) END, -1) AS a,
+                   coalesce(CASE WHEN kind IN ({host_sql}) THEN tid ELSE coalesce(stream, tid) END, -1) AS b,
                    CASE kind {kind_case} END AS kind, coalesce(name, '') AS name, ts_ns,
                    greatest(coalesce(dur_ns, 0), 0) AS dur, coalesce(correlation, -1) AS corr,
                    (fid::BIGINT << {ROW_BITS}) | file_row_number::BIGINT AS src
@@ -226,81 +247,104 @@ def build(profile: Profile) -> Index:
             WHERE kind IN ({kinds_sql}) AND ph = 'X' AND ts_ns IS NOT NULL"""
         )
         rows = con.execute(
-            "SELECT side, rank, any_value(node), coalesce(a, -1), coalesce(b, -1), count(*) FROM ev "
-            "GROUP BY side, rank, coalesce(a, -1), coalesce(b, -1) ORDER BY 1, 2, 4, 5"
+            "SELECT side, rank, any_value(node), a, b, count(*) FROM ev GROUP BY side, rank, a, b "
+            "ORDER BY 2, 1, 4, 5"
         ).fetchall()
-        names = [str(n) for (n,) in con.execute("SELECT DISTINCT name FROM ev ORDER BY 1").fetchall()]
-        con.execute(
-            "CREATE TEMP TABLE rw AS SELECT * FROM (VALUES "
-            + ", ".join(f"('{s}', {r}, {a}, {b}, {i})" for i, (s, r, _, a, b, _) in enumerate(rows))
-            + ") t(side, rank, a, b, rid)"
-            if rows
-            else "CREATE TEMP TABLE rw (side VARCHAR, rank INT, a BIGINT, b BIGINT, rid INT)"
-        )
         con.execute(
             "CREATE TEMP TABLE nm AS SELECT name, (row_number() OVER (ORDER BY name) - 1)::INT AS nid "
             "FROM (SELECT DISTINCT name FROM ev)"
         )
-        got = con.execute(
-            "SELECT rw.rid, nm.nid, ev.kind::TINYINT AS kind, ev.ts_ns, ev.dur, ev.corr, ev.src "
-            "FROM ev JOIN rw ON ev.side = rw.side AND ev.rank = rw.rank "
-            "AND coalesce(ev.a, -1) = rw.a AND coalesce(ev.b, -1) = rw.b JOIN nm USING (name) "
-            "ORDER BY rw.rid, ev.ts_ns, ev.dur DESC, ev.src"
-        ).fetchnumpy()
-    rid = np.asarray(got["rid"], dtype=np.int64)
-    ts = np.asarray(got["ts_ns"], dtype=np.int64)
-    dur = np.asarray(got["dur"], dtype=np.int64)
-    n_rows = len(rows)
-    bounds = np.searchsorted(rid, np.arange(n_rows + 1))
-    depth = np.zeros(len(ts), dtype=np.int64)
-    for r in range(n_rows):
-        lo, hi = int(bounds[r]), int(bounds[r + 1])
-        depth[lo:hi] = _depths(ts[lo:hi], dur[lo:hi])
-    cls = np.zeros(len(ts), dtype=np.int64)
+        names = [str(n) for (n,) in con.execute("SELECT name FROM nm ORDER BY nid").fetchall()]
+        total = sum(int(r[5]) for r in rows)
+        arrays = {c: _alloc(out, c, total) for c in COLUMNS}
+        infos: list[RowInfo] = []
+        start = 0
+        for rank in sorted({int(r[1]) for r in rows}):
+            mine = [r for r in rows if int(r[1]) == rank]
+            got = con.execute(
+                "SELECT ev.side, ev.a, ev.b, nm.nid, ev.kind::TINYINT AS kind, ev.ts_ns, ev.dur, ev.corr, "
+                "ev.src FROM ev JOIN nm USING (name) WHERE ev.rank = $rank "
+                "ORDER BY ev.side, ev.a, ev.b, ev.ts_ns, ev.dur DESC, ev.src",
+                {"rank": rank},
+            ).fetchnumpy()
+            offset = 0
+            for side, _, node, a, b, count in sorted(mine, key=lambda r: (str(r[0]), int(r[3]), int(r[4]))):
+                n = int(count)
+                sl = slice(offset, offset + n)
+                row_id = f"host/{rank}/{a}/{b}" if side == "host" else f"stream/{rank}/{a}/{b}"
+                infos.append(
+                    _fill_row(arrays, start, got, sl, row_id, str(side), rank, str(node), int(a), int(b))
+                )
+                start += n
+                offset += n
+            del got
+        rows_order = sorted(infos, key=lambda r: r.start)
+        if out is not None:
+            for arr in arrays.values():
+                if isinstance(arr, np.memmap):
+                    arr.flush()
+            meta: dict[str, Any] = {
+                "rows": [{f: getattr(r, f) for f in RowInfo.__slots__} for r in rows_order],
+                "names": names,
+                "parts": [p.name for p in parts],
+            }
+            (out / "meta.json").write_text(json.dumps(meta))
+    return Index(rows=tuple(rows_order), names=tuple(names), parts=tuple(p.name for p in parts), **arrays)
+
+
+def _alloc(out: Path | None, column: str, n: int) -> Any:
+    dtype = np.dtype(_DTYPES[column])
+    if out is None:
+        return np.empty(n, dtype=dtype)
+    return np.lib.format.open_memmap(out / f"{column}.npy", mode="w+", dtype=dtype, shape=(n,))
+
+
+def _fill_row(
+    arrays: dict[str, Any],
+    start: int,
+    got: dict[str, Any],
+    sl: slice,
+    row_id: str,
+    side: str,
+    rank: int,
+    node: str,
+    a: int,
+    b: int,
+) -> RowInfo:
+    """One row's events, sorted by (start, longer first), laid out by (depth, start) at ``start``."""
+    ts = np.asarray(got["ts_ns"][sl], dtype=np.int64)
+    dur = np.asarray(got["dur"][sl], dtype=np.int64)
+    n = len(ts)
+    depth = _depths(ts, dur)
+    cls = np.zeros(n, dtype=np.int64)
     pos = dur > 0
     cls[pos] = np.frexp(dur[pos].astype(np.float64))[1] - 1
-    by_class = np.argsort(rid * CLASSES + cls, kind="stable")  # (row, class, ts) in (row, ts) order
-    order = np.argsort(rid * 65536 + depth, kind="stable")  # (row, depth, ts)
+    by_class = np.argsort(cls, kind="stable")  # (class, ts)
+    order = np.argsort(depth, kind="stable")  # (depth, ts)
     inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
-    ts, dur, depth, rid = ts[order], dur[order], depth[order], rid[order]
+    inverse[order] = np.arange(n)
+    ts, dur, depth = ts[order], dur[order], depth[order]
+    seg_start = np.r_[0, np.flatnonzero(np.diff(depth)) + 1]
+    seg_of = np.zeros(n, dtype=np.int64)
+    seg_of[seg_start] = 1
+    seg_of = np.cumsum(seg_of) - 1
+    total = np.cumsum(dur) - dur
+    stop = start + n
+    arrays["ts"][start:stop] = ts
+    arrays["dur"][start:stop] = dur
+    arrays["depth"][start:stop] = depth
+    arrays["cum"][start:stop] = total - total[seg_start][seg_of]
+    for column, key in (("name", "nid"), ("kind", "kind"), ("corr", "corr"), ("src", "src")):
+        arrays[column][start:stop] = np.asarray(got[key][sl])[order]
     perm = inverse[by_class]
-    seg_key = rid * 65536 + depth
-    seg_start = np.r_[0, np.flatnonzero(np.diff(seg_key)) + 1] if len(ts) else np.zeros(0, np.int64)
-    total = np.cumsum(dur) - dur  # exclusive prefix over all events
-    seg_of = np.zeros(len(ts), dtype=np.int64)
-    if len(ts):
-        seg_of[seg_start] = 1
-        seg_of = np.cumsum(seg_of) - 1
-    cum = total - total[seg_start][seg_of] if len(ts) else total
-    class_key = np.sort(rid * CLASSES + cls)  # the keys of perm's order
-    infos = []
-    for r, (side, rank, node, a, b, _) in enumerate(rows):
-        lo, hi = int(bounds[r]), int(bounds[r + 1])
-        starts = np.searchsorted(seg_key[lo:hi], r * 65536 + np.arange(int(depth[hi - 1]) + 2)) + lo
-        cstarts = np.searchsorted(class_key, r * CLASSES + np.arange(CLASSES + 1))
-        row_id = f"host/{rank}/{a}/{b}" if side == "host" else f"stream/{rank}/{a}/{b}"
-        infos.append(
-            RowInfo(
-                row_id, str(side), int(rank), str(node), int(a), int(b), lo, hi,
-                tuple(int(x) for x in starts), tuple(int(x) for x in cstarts),
-            )
-        )  # fmt: skip
-    return Index(
-        rows=tuple(infos),
-        names=tuple(names),
-        parts=tuple(p.name for p in parts),
-        ts=ts,
-        dur=dur,
-        name=np.asarray(got["nid"], dtype=np.int32)[order],
-        kind=np.asarray(got["kind"], dtype=np.int8)[order],
-        corr=np.asarray(got["corr"], dtype=np.int64)[order],
-        depth=depth.astype(np.uint16),
-        src=np.asarray(got["src"], dtype=np.int64)[order],
-        cum=cum.astype(np.int64),
-        perm=perm.astype(np.int64),
-        cts=ts[perm],
-    )
+    arrays["perm"][start:stop] = perm + start
+    arrays["cts"][start:stop] = ts[perm]
+    depth_starts = np.searchsorted(depth, np.arange(int(depth[-1]) + 2)) + start
+    class_starts = np.searchsorted(np.sort(cls), np.arange(CLASSES + 1)) + start
+    return RowInfo(
+        row_id, side, rank, node, a, b, start, stop,
+        tuple(int(x) for x in depth_starts), tuple(int(x) for x in class_starts),
+    )  # fmt: skip
 
 
 def _depths(ts: I64, dur: I64) -> I64:

@@ -99,6 +99,19 @@ def _wide_ranges(index: Index, info: RowInfo, t0: int, t1: int, thr: float) -> l
     return out
 
 
+def _wide_count(index: Index, ranges: list[list[tuple[int, int, int]]], thr: float) -> int:
+    """How many events the ranges hold that are at least ``thr`` wide (exact but for the few
+    that end before the window in the lookback of a class)."""
+    n = 0
+    for rr in ranges:
+        for c, lo, hi in rr:
+            if (1 << c) >= thr:  # every event of the class is wide enough
+                n += hi - lo
+            else:
+                n += int(np.count_nonzero(index.dur[index.perm[lo:hi]] >= thr))
+    return n
+
+
 def _covered(ts: I64, dur: I64, cum: I64, x: I64) -> I64:
     """Time covered by non-overlapping events (sorted by start) before each instant of ``x``."""
     j = np.searchsorted(ts, x, side="right")
@@ -122,7 +135,7 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
     min_px = 1.0
     while True:  # wide events are at most width/min_px + 2 per depth: widen until they fit
         ranges = [_wide_ranges(index, info, t0, t1, px * min_px) for info in infos]
-        if sum(hi - lo for rr in ranges for _, lo, hi in rr) <= MAX_EVENTS or min_px > width:
+        if _wide_count(index, ranges, px * min_px) <= MAX_EVENTS or min_px > width:
             break
         min_px *= 2
     thr = px * min_px
