@@ -9,6 +9,13 @@ of the whole run, then 1/10, 1/100, ... of it down to 1 µs, each at ``--positio
 a tile is ``timeline.tile`` + ``encode`` in-process: what the server's endpoint does besides HTTP.
 *Targets*: ≤ 150 ms at 10M events, ≤ 500 ms at 100M, ≤ 2 MB per tile.
 
+With ``--browser``, the first run's profile is also entered in a store's catalog and opened in
+Debian's chromium (headless) through a fresh ``hyperscope ui``: *first paint* = navigation start
+to the row tree and first tile drawn, with the index already built (as after a first look) and
+cold (the server builds it); *all rows* = opening every group to the first tile of all rows drawn;
+*pan frame* = the canvas's draw time for each frame while panning with the D key (median, max),
+with the number of events and merged columns drawn in each frame.
+
 Beside these, the size the same profile would have as Kineto JSON: a small profile of the same
 shape is exported with ``hyperscope export`` (Chrome-trace JSON, as Kineto writes it) and its bytes
 per event are multiplied by the event count.
@@ -28,6 +35,7 @@ from typing import Any
 from _common import REPO_ROOT, print_table, write_results
 
 sys.path.insert(0, str(REPO_ROOT / "src"))
+sys.path.insert(0, str(REPO_ROOT))
 from hyperscope import timeline as tl
 from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
 from hyperscope.store.chrome import export_chrome
@@ -106,11 +114,94 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
     }
 
 
+BROWSER_FIGURES = """() => { const s = window.__hyperscope.timeline.state;
+  return { now: performance.now(), tiles: s.tiles, loading: s.loading, drawMs: s.drawMs.slice(),
+           events: s.tile ? s.tile.ts.length : 0, bins: s.tile ? s.tile.binCol.length : 0 }; }"""
+
+
+def browser_figures(home: Path, pid: str) -> dict[str, Any]:
+    """First paint, all rows, and frame times while panning (see the module docstring)."""
+    from playwright.sync_api import sync_playwright
+    from tests.ui.harness import launch_chromium, missing, ui_server
+
+    why = missing()
+    if why:
+        return {"skipped": why}
+    out: dict[str, Any] = {}
+    tl_js = "window.__hyperscope.timeline"
+    ready = f"() => {tl_js} && {tl_js}.state.tiles > 0 && !{tl_js}.state.loading"
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        for label in ("cold", "warm"):
+            with ui_server(home) as url:
+                page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+                page.goto(f"{url}/#/timeline/{pid}")
+                page.wait_for_function(ready, timeout=600_000)
+                out[f"first_paint_{label}_ms"] = page.evaluate(BROWSER_FIGURES)["now"]
+                if label == "cold":
+                    page.context.close()
+                    continue
+                before = page.evaluate(BROWSER_FIGURES)
+                page.evaluate("() => window.__hyperscope.timeline.openAll()")
+                page.wait_for_function(
+                    f"(n) => {tl_js}.state.tiles > n && !{tl_js}.state.loading",
+                    arg=before["tiles"],
+                    timeout=60_000,
+                )
+                out["all_rows_ms"] = page.evaluate(BROWSER_FIGURES)["now"] - before["now"]
+                for view, keys in (("whole run", ""), ("1/10 of the run", "wwwwwww")):
+                    page.focus("#tl-canvas")
+                    for k in keys:
+                        page.keyboard.press(k)
+                    page.wait_for_timeout(300)
+                    page.wait_for_function(ready, timeout=60_000)
+                    start = len(page.evaluate(BROWSER_FIGURES)["drawMs"])
+                    drawn = []
+                    for i in range(20):  # right and back, so the view stays over the run
+                        page.keyboard.press("d" if i % 4 < 2 else "a")
+                        page.wait_for_timeout(60)
+                        f = page.evaluate(BROWSER_FIGURES)
+                        drawn.append((f["events"], f["bins"]))
+                    frames = page.evaluate(BROWSER_FIGURES)["drawMs"][start:] if start < 200 else []
+                    out[f"pan {view}"] = {
+                        "frames": len(frames),
+                        "median_ms": statistics.median(frames) if frames else None,
+                        "max_ms": max(frames) if frames else None,
+                        "events": max(e for e, _ in drawn),
+                        "bins": max(b for _, b in drawn),
+                    }
+                page.context.close()
+        browser.close()
+    return out
+
+
+def register(home: Path, profile_path: Path) -> str:
+    """Enter a written profile in a store's catalog (moved under ``home``); its id."""
+    from hyperscope import Store
+    from hyperscope.schema.layout import profile_dir
+    from hyperscope.store.catalog import JobStatus, ProfileRef
+    from hyperscope.store.profile import Profile, new_profile_id
+
+    with Store(home) as store:
+        pid = new_profile_id()
+        target = profile_dir(home, pid)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        profile_path.rename(target)
+        meta = Profile.open(target).meta
+        ref = ProfileRef(id=pid, job_id=0, created_ns=meta.created_ns, source=meta.source, events=meta.events,
+                         ranks=len(meta.ranks), bytes=0, origin="bench/timeline_tiles.py")  # fmt: skip
+        store.catalog.add_profile(
+            "bench-timeline", ref, status=JobStatus.COMPLETED, nodes=meta.nodes, created_ns=meta.created_ns
+        )
+    return pid
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=float, nargs="+", default=[10.0], help="millions of events")
     parser.add_argument("--width", type=int, default=1600)
     parser.add_argument("--positions", type=int, default=5)
+    parser.add_argument("--browser", action="store_true", help="also first paint and frame times (chromium)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hyperscope-bench-timeline-") as tmp:
         root = Path(tmp)
@@ -121,11 +212,12 @@ def main() -> None:
             r["kineto_json_bytes_est"] = r["events"] * bpe
             results.append(r)
             print(
-                f"\n{r['events']:,} events, {r['rows']} rows: generated in {r['generate_s']:.1f} s, index built in "
-                f"{r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.0f} MB beside {r['parquet_bytes'] / 1e6:.0f} MB "
+                f"\n{r['events']:,} events, {r['rows']} rows: generated in {r['generate_s']:.1f} s, "
+                f"index built in {r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.0f} MB beside "
+                f"{r['parquet_bytes'] / 1e6:.0f} MB "
                 f"of Parquet); as Kineto JSON ≈ {r['kineto_json_bytes_est'] / 1e9:.2f} GB ({bpe:.0f} B/event)"
             )
-            target = TARGET_MS.get(round(m), None)
+            target = TARGET_MS.get(round(m))
             print_table(
                 ["window", "median ms", "max ms", "max KB", "events", "bins", "target"],
                 [
@@ -143,7 +235,20 @@ def main() -> None:
                     for t in r["tiles"]
                 ],
             )
-    write_results("timeline_tiles", {"width": args.width, "json_bytes_per_event": bpe, "runs": results})
+        browser: dict[str, Any] | None = None
+        if args.browser:
+            import shutil
+
+            first = root / f"p{args.events[0]:g}"
+            home = root / "home"
+            for old in (first / "derived").glob("timeline-*"):  # cold: the server builds it
+                shutil.rmtree(old)
+            browser = browser_figures(home, register(home, first))
+            print("\nbrowser:", browser)
+    write_results(
+        "timeline_tiles",
+        {"width": args.width, "json_bytes_per_event": bpe, "runs": results, "browser": browser},
+    )
 
 
 def tl_fmt(ns: int) -> str:

@@ -31,6 +31,8 @@ export interface TimelineState {
   flows: api.TlFlow[];
   /** what the shown tile was asked for (exact epoch ns as strings), for tests */
   lastRequest: { rows: string[]; t0_ns: string; t1_ns: string; width: number } | null;
+  /** ms of the last frames drawn (at most 200), for the benchmark */
+  drawMs: number[];
 }
 
 const state: TimelineState = {
@@ -54,6 +56,7 @@ const state: TimelineState = {
   allArrows: false,
   flows: [],
   lastRequest: null,
+  drawMs: [],
 };
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
@@ -86,6 +89,16 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   (hooks as unknown as { timeline: unknown }).timeline = {
     state,
     toggle,
+    openAll: () => {
+      const walk = (r: TlRow): void => {
+        if (r.type === "group") state.open.add(r.id);
+        for (const c of r.children ?? []) walk(c);
+      };
+      if (state.rows) walk(state.rows.root);
+      relayout();
+      redraw();
+      refetch();
+    },
     select: (id: number) => void select(id),
     setView,
     rowY: (id: string) => {
@@ -180,7 +193,10 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     }
     const ctx = canvas.getContext("2d") as CanvasRenderingContext2D;
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const started = performance.now();
     drawAll(drawState(), arrows());
+    state.drawMs.push(performance.now() - started);
+    if (state.drawMs.length > 200) state.drawMs.shift();
   }
 
   let frame = 0;
