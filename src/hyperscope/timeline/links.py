@@ -82,45 +82,54 @@ def links(index: Index, rank: int, correlation: int) -> list[dict[str, Any]]:
 
 def flows(index: Index, row_ids: list[str], t0: int, t1: int) -> list[dict[str, Any]]:
     """Launch → kernel pairs whose launch or kernel lies in the window on one of ``row_ids``
-    (at most ``MAX_FLOWS``, earliest first): the arrows for everything visible."""
+    (at most ``MAX_FLOWS``, earliest visible end first): the arrows for everything visible.
+
+    The visible ends are found by window first (bounded by what is drawn); their partners are
+    then looked up by correlation in the other rows of the same rank, without a Python loop over
+    the rank's events.
+    """
     infos = [index.by_id[r] for r in row_ids if r in index.by_id]
-    ranks = {i.rank for i in infos}
-    seen: dict[tuple[int, int], dict[str, int]] = {}
-    for info in index.rows:
-        if info.rank not in ranks:
-            continue
+    both = np.asarray(sorted(LAUNCH_KINDS | TARGET_KINDS), dtype=np.int8)
+    visible: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    for info in infos:
         sl = slice(info.start, info.stop)
-        ts, dur, corr, kind = index.ts[sl], index.dur[sl], index.corr[sl], index.kind[sl]
-        visible = info in infos
-        sel = (corr >= 0) & np.isin(kind, list(LAUNCH_KINDS | TARGET_KINDS))
-        if visible:
-            sel &= (ts < t1) & (ts + dur >= t0)
-        for i in np.flatnonzero(sel) + info.start:
-            key = (info.rank, int(index.corr[i]))
-            role = "launch" if int(index.kind[i]) in LAUNCH_KINDS else "kernel"
-            entry = seen.setdefault(key, {})
-            entry.setdefault(role, int(i))
-            entry.setdefault("visible", 0)
-            entry["visible"] |= int(visible)
-    out = []
-    for (rank, c), e in sorted(
-        seen.items(), key=lambda kv: index.ts[min(v for k, v in kv[1].items() if k != "visible")]
-    ):
-        if "launch" in e and "kernel" in e and e["visible"]:
-            a, b = e["launch"], e["kernel"]
-            out.append(
-                {
-                    "rank": rank,
-                    "correlation": c,
-                    "launch": {"row": row_of(index, a).id, "id": int(index.src[a]), "ts_ns": int(index.ts[a]),
-                               "dur_ns": int(index.dur[a]), "depth": int(index.depth[a])},
-                    "kernel": {"row": row_of(index, b).id, "id": int(index.src[b]), "ts_ns": int(index.ts[b]),
-                               "dur_ns": int(index.dur[b]), "depth": int(index.depth[b])},
-                }
-            )  # fmt: skip
-            if len(out) >= MAX_FLOWS:
-                break
-    return out
+        ts, dur = index.ts[sl], index.dur[sl]
+        sel = (index.corr[sl] >= 0) & np.isin(index.kind[sl], both) & (ts < t1) & (ts + dur >= t0)
+        visible.append(np.flatnonzero(sel) + info.start)
+    seen = np.concatenate(visible) if visible else np.zeros(0, np.int64)
+    seen = seen[np.argsort(index.ts[seen], kind="stable")][: 2 * MAX_FLOWS]
+    out: list[dict[str, Any]] = []
+    rank_of = {int(i): row_of(index, int(i)).rank for i in seen}
+    for rank in sorted(set(rank_of.values())):
+        mine = np.asarray([i for i in seen if rank_of[int(i)] == rank], dtype=np.int64)
+        wanted = np.unique(index.corr[mine])
+        partners: dict[tuple[int, str], int] = {}
+        for info in index.rows:
+            if info.rank != rank:
+                continue
+            sl = slice(info.start, info.stop)
+            hit = np.flatnonzero(np.isin(index.corr[sl], wanted) & np.isin(index.kind[sl], both)) + info.start
+            for k in hit.tolist():
+                role = "launch" if int(index.kind[k]) in LAUNCH_KINDS else "kernel"
+                partners.setdefault((int(index.corr[k]), role), k)
+        for c in wanted.tolist():
+            a, b = partners.get((c, "launch")), partners.get((c, "kernel"))
+            if a is not None and b is not None:
+                out.append(
+                    {"rank": rank, "correlation": c, "launch": _end(index, a), "kernel": _end(index, b)}
+                )
+    out.sort(key=lambda f: min(f["launch"]["ts_ns"], f["kernel"]["ts_ns"]))
+    return out[:MAX_FLOWS]
+
+
+def _end(index: Index, i: int) -> dict[str, Any]:
+    return {
+        "row": row_of(index, i).id,
+        "id": int(index.src[i]),
+        "ts_ns": int(index.ts[i]),
+        "dur_ns": int(index.dur[i]),
+        "depth": int(index.depth[i]),
+    }
 
 
 def event(profile: Profile, index: Index, event_id: int) -> dict[str, Any]:
