@@ -24,6 +24,7 @@ def test_all_is_complete_and_sorted() -> None:
         "latency",
         "ranks",
         "steps",
+        "stored",
     }
     assert public - set(analysis.__all__) <= submodules
 
