@@ -46,7 +46,7 @@ def make_spec(tmp_path: Path) -> Callable[..., ClusterSpec]:
         shutil.copytree(EXAMPLE_LIFECYCLE, lifecycle)
         if on_create is not None:
             (lifecycle / "on_create.sh").write_text(on_create)
-        doc = {
+        doc: dict[str, object] = {
             "name": name,
             "provider": "local",
             "lifecycle_scripts": "lifecycle",

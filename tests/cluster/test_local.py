@@ -117,7 +117,7 @@ def test_failing_lifecycle_script_leaves_nothing_running(
     assert _ours(cluster_dir) == []
 
     # a fixed script: create again replaces the failed attempt
-    (spec.lifecycle_dir / "on_create.sh").write_text("#!/bin/bash\necho ok\n")
+    spec.on_create.write_text("#!/bin/bash\necho ok\n")
     assert provider.create(spec).status == "InService"
     assert provider.delete("bad") and _ours(cluster_dir) == []
 
