@@ -142,7 +142,7 @@ class Agent:
     def job_views(self, state: ClusterState, jobs: list[Job]) -> list[JobView]:
         now = self.clock()
         beats: dict[str, float] = {}
-        for s in heartbeat.read(heartbeat_dir(state)):
+        for s in heartbeat.read(heartbeat_dir(state), now_ns=int(now * 1e9)):
             beats[s.job] = min(beats.get(s.job, s.silent_s), s.silent_s)
         views = []
         for job in jobs:
