@@ -110,8 +110,12 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   let abort: AbortController | null = null;
   let pending = 0;
 
+  /** The drawing rows in view (and a screenful around): a tile never carries rows off screen. */
   function leafIds(): string[] {
-    return state.layout.filter((r) => r.type !== "group").map((r) => r.id);
+    const hh = canvas.clientHeight || 1000;
+    const lo = state.scrollY - hh;
+    const hi = state.scrollY + 2 * hh;
+    return state.layout.filter((r) => r.type !== "group" && r.y + r.h >= lo && r.y <= hi).map((r) => r.id);
   }
 
   function relayout(): void {
@@ -445,6 +449,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       if (e.shiftKey) {
         state.scrollY = Math.max(0, state.scrollY + e.deltaY);
         redraw();
+        refetch();
       } else if (Math.abs(e.deltaX) > Math.abs(e.deltaY)) pan(e.deltaX / (canvas.clientWidth - GUTTER));
       else zoom(Math.exp(e.deltaY * 0.002), e.offsetX);
     },
