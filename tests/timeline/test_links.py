@@ -61,3 +61,31 @@ def test_row_tree_of_the_capture(h200: Profile) -> None:
     steps = tl.steps(index)
     assert len(steps) == 40 and steps[0]["name"] == "ProfilerStep#0"
     assert all(a["ts_ns"] <= b["ts_ns"] for a, b in itertools.pairwise(steps))
+
+
+def test_steps_are_one_window_per_name_over_every_rank(generated: Profile) -> None:
+    index = tl.load(generated)
+    got = {s["name"]: s for s in tl.steps(index)}
+    rows = (
+        generated.connect()
+        .execute(
+            "SELECT name, min(ts_ns), max(ts_ns + dur_ns), count(*) FROM events "
+            "WHERE kind = 'step' AND ph = 'X' GROUP BY name"
+        )
+        .fetchall()
+    )
+    assert len(got) == len(rows) == 30
+    for name, lo, hi, n in rows:
+        assert (got[name]["ts_ns"], got[name]["ts_ns"] + got[name]["dur_ns"], got[name]["events"]) == (
+            lo,
+            hi,
+            n,
+        )
+    assert tl.span(index) == tuple(
+        generated.connect()
+        .execute(
+            "SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM events WHERE ph = 'X' AND kind NOT IN "
+            "('flow', 'metadata', 'counter', 'trace', 'memory', 'instant', 'other')"
+        )
+        .fetchone()  # type: ignore[arg-type]
+    )

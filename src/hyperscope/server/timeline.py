@@ -63,11 +63,11 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
 
         def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             hit, _ = open_profile(profile_id)
-            ends = index.ts + index.dur
+            start, end = tl.span(index)
             return {
                 "profile": profile_id,
-                "start_ns": int(index.ts.min()) if len(index.ts) else 0,
-                "end_ns": int(ends.max()) if len(index.ts) else 0,
+                "start_ns": start,
+                "end_ns": end,
                 "kinds": list(tl.index.KINDS),
                 "root": tl.tree(index, con, hit.job.name).to_json(),
                 "steps": tl.steps(index),

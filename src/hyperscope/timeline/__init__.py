@@ -6,7 +6,7 @@ use and kept beside the profile); the server's ``/timeline`` endpoints and the U
 
 from __future__ import annotations
 
-from hyperscope.timeline.index import Index, build, load
+from hyperscope.timeline.index import Index, build, load, span
 from hyperscope.timeline.links import EventNotFound, event, flows, links, search
 from hyperscope.timeline.rows import Row, sample_tile, steps, tree
 from hyperscope.timeline.tile import Tile, decode, encode, tile
@@ -25,6 +25,7 @@ __all__ = [
     "load",
     "sample_tile",
     "search",
+    "span",
     "steps",
     "tile",
     "tree",

@@ -86,6 +86,8 @@ class RowInfo:
     stop: int
     depth_starts: tuple[int, ...]  # index where each depth begins (len = depths + 1, last = stop)
     class_starts: tuple[int, ...]  # index into perm/cts where each class begins (len CLASSES + 1)
+    t_min: int  # earliest start and latest end of the row's events
+    t_max: int
 
     @property
     def depths(self) -> int:
@@ -344,6 +346,7 @@ def _fill_row(
     return RowInfo(
         row_id, side, rank, node, a, b, start, stop,
         tuple(int(x) for x in depth_starts), tuple(int(x) for x in class_starts),
+        int(ts.min()), int((ts + dur).max()),
     )  # fmt: skip
 
 
@@ -380,3 +383,10 @@ def _disjoint_lanes(ts: I64, ends: I64, depth: I64) -> bool:
     d, t, e = depth[order], ts[order], ends[order]
     same = d[1:] == d[:-1]
     return not bool(np.any(same & (t[1:] < e[:-1])))
+
+
+def span(index: Index) -> tuple[int, int]:
+    """Earliest start and latest end of the drawable events (0, 0 when there are none)."""
+    if not index.rows:
+        return 0, 0
+    return min(r.t_min for r in index.rows), max(r.t_max for r in index.rows)

@@ -164,20 +164,26 @@ def sample_tile(
 
 
 def steps(index: Index) -> list[dict[str, Any]]:
-    """Every step event (``ProfilerStep#N``), by start: the step list the user zooms to."""
+    """One entry per step name (``ProfilerStep#N``), by start: the window from its earliest start
+    to its latest end over every rank, and how many ranks ran it. A list of thousands of steps
+    per rank would be megabytes of JSON; the user zooms to ``step_41``, not to one rank's."""
     step = KINDS.index("step")
-    where = np.flatnonzero(index.kind == step)
-    where = where[np.argsort(index.ts[where], kind="stable")]
-    rank_of = np.zeros(0, np.int64)
-    if len(where):
-        starts = np.array([r.start for r in index.rows])
-        rank_of = np.array([r.rank for r in index.rows])[np.searchsorted(starts, where, side="right") - 1]
-    return [
-        {
-            "name": index.names[int(index.name[i])],
-            "rank": int(rank_of[k]),
-            "ts_ns": int(index.ts[i]),
-            "dur_ns": int(index.dur[i]),
-        }
-        for k, i in enumerate(where)
+    hosts = [r for r in index.rows if r.side == "host"]
+    where = np.concatenate(
+        [np.flatnonzero(index.kind[r.start : r.stop] == step) + r.start for r in hosts]
+        or [np.zeros(0, np.int64)]
+    )
+    if len(where) == 0:
+        return []
+    names = np.asarray(index.name[where])
+    order = np.argsort(names, kind="stable")
+    where, names = where[order], names[order]
+    keys, first, counts = np.unique(names, return_index=True, return_counts=True)
+    starts = np.minimum.reduceat(np.asarray(index.ts[where]), first)
+    ends = np.maximum.reduceat(np.asarray(index.ts[where] + index.dur[where]), first)
+    out = [
+        {"name": index.names[int(k)], "ts_ns": int(a), "dur_ns": int(b - a), "events": int(c)}
+        for k, a, b, c in zip(keys, starts, ends, counts, strict=True)
     ]
+    out.sort(key=lambda e: (e["ts_ns"], e["name"]))
+    return out

@@ -13,11 +13,12 @@ export interface TlRow {
   unit?: string;
 }
 
+/** One step name: from its earliest start to its latest end over every rank. */
 export interface TlStep {
   name: string;
-  rank: number;
   ts_ns: string;
   dur_ns: number;
+  events: number;
 }
 
 export interface TlRows {
