@@ -8,6 +8,9 @@ export const LANE = 16; // px per nesting level of an event row
 export const SAMPLE_H = 34;
 export const GROUP_H = 22;
 export const MAX_LANES = 12; // deeper levels are drawn on the last lane
+const BUSY_LEVELS = 16;
+/** pale (a few short events) to dark (busy all the column) */
+const BUSY_COLORS = Array.from({ length: BUSY_LEVELS }, (_, k) => `hsl(25 80% ${78 - (45 * (k + 0.5)) / BUSY_LEVELS}%)`);
 
 export interface Layout {
   id: string;
@@ -114,22 +117,29 @@ export function drawAll(s: DrawState, arrows: [number, number, number, number][]
     const colNs = ((tile.t1 - tile.t0) / tile.width) * tile.binSpan;
     const pxPerNs = (s.width - GUTTER) / (s.t1 - s.t0);
     // merged columns: height and colour from the fraction of the column busy
+    // one path per busyness level: 16 fills, whatever the number of columns
+    const levels = Array.from({ length: BUSY_LEVELS }, () => new Path2D());
+    const w = Math.max(1, colNs * pxPerNs);
     for (let i = 0; i < tile.binCol.length; i++) {
       const r = layoutOf[tile.binRow[i]!];
       if (!r) continue;
       const lane = Math.min(tile.binDepth[i]!, MAX_LANES - 1);
       const busy = Math.min(1, tile.binBusy[i]! / colNs);
-      const t = tile.t0 + (tile.binCol[i]! * (tile.t1 - tile.t0)) / tile.width;
-      const x = xOf(s, t);
-      const w = Math.max(1, colNs * pxPerNs);
+      const x = xOf(s, tile.t0 + (tile.binCol[i]! * (tile.t1 - tile.t0)) / tile.width);
+      if (x + w < GUTTER || x > s.width) continue;
       const top = r.y - s.scrollY + RULER + 2 + lane * LANE;
+      if (top > s.height || top + LANE < RULER) continue;
       const hh = Math.max(2, (LANE - 3) * busy);
-      ctx.fillStyle = `hsl(25 80% ${78 - 45 * busy}%)`;
-      ctx.fillRect(x, top + (LANE - 3 - hh), w, hh);
+      levels[Math.min(BUSY_LEVELS - 1, Math.floor(busy * BUSY_LEVELS))]!.rect(x, top + (LANE - 3 - hh), w, hh);
     }
+    levels.forEach((path, k) => {
+      ctx.fillStyle = BUSY_COLORS[k]!;
+      ctx.fill(path);
+    });
     // events as they are
     const needle = s.search.toLowerCase();
     const match = tile.names.map((n) => needle !== "" && n.toLowerCase().includes(needle));
+    const colors: (string | undefined)[] = new Array<string | undefined>(tile.names.length);
     for (let i = 0; i < tile.ts.length; i++) {
       const r = layoutOf[tile.row[i]!];
       if (!r) continue;
@@ -138,10 +148,13 @@ export function drawAll(s: DrawState, arrows: [number, number, number, number][]
       if (x1 < GUTTER || x0 > s.width) continue;
       const lane = Math.min(tile.depth[i]!, MAX_LANES - 1);
       const top = r.y - s.scrollY + RULER + 2 + lane * LANE;
-      const name = tile.names[tile.name[i]!]!;
-      const kind = tile.kinds[tile.kind[i]!]!;
-      ctx.globalAlpha = needle === "" || match[tile.name[i]!] ? 1 : 0.25;
-      ctx.fillStyle = nameColor(name, kind);
+      const top0 = r.y - s.scrollY + RULER;
+      if (top0 > s.height || top0 + r.h < RULER) continue;
+      const ni = tile.name[i]!;
+      let color = colors[ni];
+      if (color === undefined) color = colors[ni] = nameColor(tile.names[ni]!, tile.kinds[tile.kind[i]!]!);
+      ctx.globalAlpha = needle === "" || match[ni] ? 1 : 0.25;
+      ctx.fillStyle = color;
       const w = Math.max(1, x1 - x0);
       ctx.fillRect(x0, top, w, LANE - 3);
       if (match[tile.name[i]!]) {
@@ -158,7 +171,7 @@ export function drawAll(s: DrawState, arrows: [number, number, number, number][]
       }
       if (w > 40) {
         ctx.fillStyle = "#111";
-        ctx.fillText(name, x0 + 3, top + 10, w - 6);
+        ctx.fillText(tile.names[ni]!, x0 + 3, top + 10, w - 6);
       }
     }
     ctx.globalAlpha = 1;

@@ -510,7 +510,10 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
         ...names.map((n) => h("option", { value: n }, n.replace(/^ProfilerStep#/, "step_"))),
       );
       relayout();
-      setView(state.span[0], state.span[1]);
+      state.t0 = state.span[0];
+      state.t1 = state.span[1];
+      redraw();
+      void fetchTile(); // at once: the first paint waits for no debounce
     } catch (err) {
       showError(err);
     }
