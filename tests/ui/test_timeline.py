@@ -214,6 +214,21 @@ def test_h200_timeline(page: Any, h200: Served) -> None:
     assert state(page, "s.tile.rows").count("stream/0/0/7") == 1
     assert state(page, "s.tile.sTs.length") > 0  # the utilization track
     kernel_flow(page, h200, ["stream/0/0/7"], "ProfilerStep#20", "elementwise_kernel", "h200")
+    # the wheel zooms around the pointer; "all arrows" draws every launch → kernel pair in view
+    span = state(page, "s.t1 - s.t0")
+    box = page.locator("#tl-canvas").bounding_box()
+    page.mouse.move(box["x"] + 600, box["y"] + 200)
+    page.mouse.wheel(0, 400)
+    assert state(page, "s.t1 - s.t0") > span
+    before = state(page, "s.tiles")
+    page.check("#tl-all-arrows")
+    wait_tile(page, before)
+    page.wait_for_function(f"() => {TL}.state.flows.length > 0", timeout=TIMEOUT_MS)
+    flows = state(page, "s.flows")
+    assert all(
+        f["launch"]["row"].startswith("host/0/") and f["kernel"]["row"] == "stream/0/0/7" for f in flows
+    )
+    screenshot(page, "timeline-h200-arrows")
 
 
 @pytest.mark.shared

@@ -32,6 +32,15 @@ export function fmtDuration(ns: number): string {
   return `${+(ns / 1e9).toPrecision(5)} s`;
 }
 
+/** A tick's label: in the unit of its magnitude, with as many decimals as the tick spacing needs
+ * (6.61130 s, 6.61131 s ten microseconds later), so neighbouring ticks never read alike. */
+export function fmtTick(t: number, step: number): string {
+  const a = Math.abs(t);
+  const [unit, name] = a >= 1e9 ? [1e9, "s"] : a >= 1e6 ? [1e6, "ms"] : a >= 1e3 ? [1e3, "µs"] : [1, "ns"];
+  const decimals = Math.min(9, Math.max(0, Math.ceil(Math.log10(unit / step) - 1e-9)));
+  return `${(t / unit).toFixed(decimals)} ${name}`;
+}
+
 /** Tick spacing: 1, 2 or 5 times a power of ten, at least `minPx` apart. */
 export function tickStep(nsPerPx: number, minPx = 90): number {
   const raw = nsPerPx * minPx;
@@ -248,6 +257,6 @@ function drawRuler(s: DrawState): void {
     ctx.moveTo(x + 0.5, RULER - 8);
     ctx.lineTo(x + 0.5, RULER);
     ctx.stroke();
-    ctx.fillText(fmtDuration(t), x + 3, 14);
+    ctx.fillText(fmtTick(t, step), x + 3, 14);
   }
 }
