@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import shutil
+from pathlib import Path
 
 from hyperscope import timeline as tl
 from hyperscope.store.profile import Profile
+from tests.timeline.conftest import H200
 
 
 def test_links_equal_the_correlation_join(h200: Profile) -> None:
@@ -88,4 +91,34 @@ def test_steps_are_one_window_per_name_over_every_rank(generated: Profile) -> No
             "('flow', 'metadata', 'counter', 'trace', 'memory', 'instant', 'other')"
         )
         .fetchone()  # type: ignore[arg-type]
+    )
+
+
+def test_cpu_tracks_include_perf_counters(tmp_path: Path) -> None:
+    """A capture's perf counters are CPU tracks beside utilization; their samples come back as is."""
+    import pyarrow as pa
+
+    from hyperscope.schema.events import SAMPLE_SCHEMA
+    from hyperscope.store.profile import write_part
+
+    target = tmp_path / "p"
+    shutil.copytree(H200, target)
+    profile = Profile.open(target)
+    index = tl.load(profile)
+    lo, _ = tl.span(index)
+    ts = [lo + k * 100_000_000 for k in range(5)]
+    extra = pa.table(
+        {"rank": [0] * 5, "node": ["vm"] * 5, "device": [-1] * 5, "metric": ["perf_cycles"] * 5,
+         "ts_ns": ts, "value": [1e9, 2e9, 3e9, 4e9, 5e9]},
+        schema=SAMPLE_SCHEMA,
+    )  # fmt: skip
+    write_part(extra, target / "samples" / "part-perf.parquet")
+    con = profile.connect()
+    root = tl.tree(index, con, "h200").to_json()
+    cpu = next(c for c in root["children"][0]["children"] if c["id"] == "cpuset/vm")
+    perf = next(c for c in cpu["children"] if c["id"] == "cpu/vm/perf_cycles/-1")
+    assert perf["label"] == "cycles" and perf["unit"] == "per interval"
+    rows, got_ts, values = tl.sample_tile(con, ["cpu/vm/perf_cycles/-1"], lo, lo + 450_000_000, 1000)
+    assert (
+        got_ts.tolist() == ts and values.tolist() == [1e9, 2e9, 3e9, 4e9, 5e9] and set(rows.tolist()) == {0}
     )

@@ -26,6 +26,7 @@ CPU_METRICS: Final = (
     SampleMetric.CPU_UTIL_PCT,
     SampleMetric.PROCESS_CPU_UTIL_PCT,
     SampleMetric.CPU_CORE_UTIL_PCT,
+    *(m for m in SampleMetric if m.value.startswith("perf_")),  # counts per sampling interval
 )
 
 
@@ -81,10 +82,11 @@ def tree(index: Index, con: duckdb.DuckDBPyConnection, job: str) -> Row:
         for metric in CPU_METRICS:
             for n, m, d in sorted(samples):
                 if n == node and m == metric:
-                    label = {"cpu_util_pct": "host CPU", "process_cpu_util_pct": "process CPU"}.get(
-                        m, f"core {d}"
-                    )
-                    cpu.children.append(Row(f"cpu/{node}/{m}/{d}", label, "samples", unit="%"))
+                    perf = m.startswith("perf_")
+                    names = {"cpu_util_pct": "host CPU", "process_cpu_util_pct": "process CPU"}
+                    label = m.removeprefix("perf_").replace("_", " ") if perf else names.get(m, f"core {d}")
+                    unit = "per interval" if perf else "%"
+                    cpu.children.append(Row(f"cpu/{node}/{m}/{d}", label, "samples", unit=unit))
         if cpu.children:
             nodes[node].children.append(cpu)
     gpus: dict[tuple[int, int], Row] = {}
