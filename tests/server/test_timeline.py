@@ -128,3 +128,15 @@ def test_search_finds_every_match_by_start(client: TestClient, home: Home) -> No
     starts = [int(m["ts_ns"]) for m in r["matches"]]
     assert starts == sorted(starts) and all("elementwise" in m["name"].lower() for m in r["matches"])
     assert client.get(BASE.format(home.h200) + "/search", params={"q": ""}).status_code == 400
+
+
+def test_event_with_its_row_or_a_wrong_one(client: TestClient, home: Home) -> None:
+    base = BASE.format(home.h200) + "/event"
+    profile = Profile.open(profile_dir(home.path, home.h200))
+    index = tl.load(profile)
+    info = index.by_id["stream/0/0/7"]
+    eid = int(index.src[info.start + 10])
+    plain = client.get(base, params={"id": eid}).json()
+    assert client.get(base, params={"id": eid, "row": "stream/0/0/7"}).json() == plain
+    assert client.get(base, params={"id": eid, "row": "host/0/1493/1493"}).json() == plain
+    assert plain["row"] == "stream/0/0/7"

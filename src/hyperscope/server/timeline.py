@@ -111,14 +111,16 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
 
     @api.get("/event")
     def get_event(
-        profile_id: str, id: Annotated[int, Query(ge=0, description="event id from a tile")]
+        profile_id: str,
+        id: Annotated[int, Query(ge=0, description="event id from a tile")],
+        row: Annotated[str | None, Query(description="its row id, when known (faster)")] = None,
     ) -> Response:
         """Every stored field of one event, its row and its linked launch or kernel."""
 
         def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             _, profile = open_profile(profile_id)
             try:
-                return tl.event(profile, index, id)
+                return tl.event(profile, index, id, row)
             except tl.EventNotFound as exc:
                 raise HTTPException(404, str(exc)) from None
 

@@ -132,8 +132,12 @@ def _end(index: Index, i: int) -> dict[str, Any]:
     }
 
 
-def event(profile: Profile, index: Index, event_id: int) -> dict[str, Any]:
-    """Every stored field of one event (``args`` merged in), with its row and links."""
+def event(profile: Profile, index: Index, event_id: int, row_id: str | None = None) -> dict[str, Any]:
+    """Every stored field of one event (``args`` merged in), with its row and links.
+
+    ``row_id``, when the caller knows it (a click on a tile, a link), limits the search for the
+    event's place in the index to that row: a row's events, not the profile's hundred million.
+    """
     part, row = event_id >> ROW_BITS, event_id & ((1 << ROW_BITS) - 1)
     if event_id < 0 or part >= len(index.parts):
         raise EventNotFound(f"event {event_id}: no such event in this profile")
@@ -155,7 +159,11 @@ def event(profile: Profile, index: Index, event_id: int) -> dict[str, Any]:
                 fields[extra] = json.loads(text)
             except ValueError:
                 fields[extra] = text
-    where = np.flatnonzero(index.src == event_id)
+    info = index.by_id.get(row_id) if row_id is not None else None
+    lo, hi = (info.start, info.stop) if info is not None else (0, len(index.src))
+    where = np.flatnonzero(index.src[lo:hi] == event_id) + lo
+    if len(where) == 0 and info is not None:  # a wrong row: look everywhere
+        where = np.flatnonzero(index.src == event_id)
     out: dict[str, Any] = {"id": event_id, "fields": fields, "row": None, "links": []}
     if len(where):
         i = int(where[0])

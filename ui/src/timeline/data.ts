@@ -109,7 +109,8 @@ async function json<T>(url: string, signal?: AbortSignal): Promise<T> {
 }
 
 export const getRows = (p: string): Promise<TlRows> => json(`${base(p)}/rows`);
-export const getEvent = (p: string, id: number): Promise<TlDetails> => json(`${base(p)}/event?id=${id}`);
+export const getEvent = (p: string, id: number, row?: string): Promise<TlDetails> =>
+  json(`${base(p)}/event?id=${id}${row ? `&row=${encodeURIComponent(row)}` : ""}`);
 export const getSearch = (p: string, q: string): Promise<{ total: number; matches: TlEventRef[] }> =>
   json(`${base(p)}/search?q=${encodeURIComponent(q)}`);
 export const getFlows = (p: string, rows: string[], t0: bigint, t1: bigint): Promise<{ flows: TlFlow[] }> =>

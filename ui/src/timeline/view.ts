@@ -309,10 +309,10 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     }
   }
 
-  async function select(id: number, jump = false): Promise<void> {
+  async function select(id: number, jump = false, row?: string): Promise<void> {
     if (!state.profile) return;
     try {
-      state.selected = await api.getEvent(state.profile, id);
+      state.selected = await api.getEvent(state.profile, id, row);
     } catch (err) {
       showError(err);
       return;
@@ -363,7 +363,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
             { "data-role": l.role, "data-id": l.id },
             h("strong", {}, l.role === "launch" ? "launched by " : "launched "),
             `${l.name} · ${l.kind} · ${fmtDuration(l.dur_ns)} · ${l.row} `,
-            h("button", { type: "button", class: "tl-jump", onclick: () => void select(l.id, true) }, "Jump"),
+            h("button", { type: "button", class: "tl-jump", onclick: () => void select(l.id, true, l.row) }, "Jump"),
           ),
         ),
       );
@@ -396,7 +396,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.matchIndex = (state.matchIndex + step + state.matches.length) % state.matches.length;
     const m = state.matches[state.matchIndex]!;
     searchInfo.textContent = `${state.matchIndex + 1} of ${state.matchTotal.toLocaleString()}`;
-    void select(m.id, true);
+    void select(m.id, true, m.row);
   }
 
   function hit(x: number, y: number): { row: Layout; event: number | null } | null {
@@ -440,7 +440,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const found = hit(e.offsetX, e.offsetY);
     if (!found) return;
     if (found.row.type === "group" && e.offsetX < GUTTER + 400) toggle(found.row.id);
-    else if (found.event !== null) void select(found.event);
+    else if (found.event !== null) void select(found.event, false, found.row.id);
   });
   canvas.addEventListener(
     "wheel",
