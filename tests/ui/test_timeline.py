@@ -206,6 +206,9 @@ def kernel_flow(pg: Any, served: Served, streams: list[str], step: str, search: 
 def test_h200_timeline(page: Any, h200: Served) -> None:
     open_timeline(page, h200)
     screenshot(page, "timeline-h200-open")
+    # a closed node shows what ran on its GPUs' streams, flattened on its line
+    assert state(page, "s.tile.rows") == ["stream/0/0/7"]
+    assert state(page, "s.tile.binCol.length + s.tile.ts.length") > 0
     click_row(page, "node/vm")
     gpu = next(i for i in child_ids(page, "node/vm") if i.startswith("gpu/"))
     click_row(page, gpu)

@@ -21,6 +21,8 @@ export interface Layout {
   h: number;
   open: boolean;
   lanes: number;
+  /** a closed group: the device rows under it, drawn flattened on its line (what ran, where busy) */
+  summary?: string[];
 }
 
 /** A time span in the unit that keeps 1-4 significant digits: 750 ns, 12.5 µs, 3.2 ms, 1.5 s. */
@@ -35,6 +37,7 @@ export function fmtDuration(ns: number): string {
 /** A tick's label: in the unit of its magnitude, with as many decimals as the tick spacing needs
  * (6.61130 s, 6.61131 s ten microseconds later), so neighbouring ticks never read alike. */
 export function fmtTick(t: number, step: number): string {
+  if (t === 0) return "0";
   const a = Math.abs(t);
   const [unit, name] = a >= 1e9 ? [1e9, "s"] : a >= 1e6 ? [1e6, "ms"] : a >= 1e3 ? [1e3, "µs"] : [1, "ns"];
   const decimals = Math.min(9, Math.max(0, Math.ceil(Math.log10(unit / step) - 1e-9)));
@@ -97,6 +100,7 @@ export function drawAll(s: DrawState, arrows: [number, number, number, number][]
   ctx.clearRect(0, 0, s.width, s.height);
   ctx.font = "11px system-ui, sans-serif";
   const rowIndex = new Map<string, Layout>();
+  for (const r of s.rows) for (const id of r.summary ?? []) if (!rowIndex.has(id)) rowIndex.set(id, r);
   for (const r of s.rows) rowIndex.set(r.id, r);
   // rows: backgrounds and labels
   ctx.save();
@@ -132,7 +136,7 @@ export function drawAll(s: DrawState, arrows: [number, number, number, number][]
     for (let i = 0; i < tile.binCol.length; i++) {
       const r = layoutOf[tile.binRow[i]!];
       if (!r) continue;
-      const lane = Math.min(tile.binDepth[i]!, MAX_LANES - 1);
+      const lane = r.type === "group" ? 0 : Math.min(tile.binDepth[i]!, MAX_LANES - 1);
       const busy = Math.min(1, tile.binBusy[i]! / colNs);
       const x = xOf(s, tile.t0 + (tile.binCol[i]! * (tile.t1 - tile.t0)) / tile.width);
       if (x + w < GUTTER || x > s.width) continue;
@@ -155,7 +159,7 @@ export function drawAll(s: DrawState, arrows: [number, number, number, number][]
       const x0 = Math.max(GUTTER - 2, xOf(s, tile.ts[i]!));
       const x1 = Math.min(s.width + 2, xOf(s, tile.ts[i]! + tile.dur[i]!));
       if (x1 < GUTTER || x0 > s.width) continue;
-      const lane = Math.min(tile.depth[i]!, MAX_LANES - 1);
+      const lane = r.type === "group" ? 0 : Math.min(tile.depth[i]!, MAX_LANES - 1);
       const top = r.y - s.scrollY + RULER + 2 + lane * LANE;
       const top0 = r.y - s.scrollY + RULER;
       if (top0 > s.height || top0 + r.h < RULER) continue;

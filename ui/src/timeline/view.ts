@@ -8,6 +8,9 @@ import * as api from "./data";
 import type { TlDetails, TlEventRef, TlRow, TlRows, Tile } from "./data";
 import { type Layout, drawAll, fmtDuration, GROUP_H, GUTTER, LANE, MAX_LANES, RULER, SAMPLE_H, xOf } from "./draw";
 
+/** device rows drawn on a closed group's line, at most */
+const SUMMARY_ROWS = 32;
+
 export interface TimelineState {
   profile: string | null;
   origin: bigint;
@@ -115,7 +118,18 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const hh = canvas.clientHeight || 1000;
     const lo = state.scrollY - hh;
     const hi = state.scrollY + 2 * hh;
-    return state.layout.filter((r) => r.type !== "group" && r.y + r.h >= lo && r.y <= hi).map((r) => r.id);
+    const ids = new Set<string>();
+    for (const r of state.layout) {
+      if (r.y + r.h < lo || r.y > hi) continue;
+      if (r.type !== "group") ids.add(r.id);
+      else for (const id of r.summary ?? []) ids.add(id);
+    }
+    return [...ids];
+  }
+
+  function devices(row: TlRow): string[] {
+    if (row.type === "events") return row.id.startsWith("stream/") ? [row.id] : [];
+    return (row.children ?? []).flatMap(devices);
   }
 
   function relayout(): void {
@@ -125,7 +139,9 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       const open = state.open.has(row.id);
       const lanes = row.type === "events" ? Math.min(MAX_LANES, Math.max(1, row.depths ?? 1)) : 1;
       const hh = row.type === "group" ? GROUP_H : row.type === "samples" ? SAMPLE_H : lanes * LANE + 4;
-      out.push({ id: row.id, label: row.label, type: row.type, level, y, h: hh, open, lanes });
+      const entry: Layout = { id: row.id, label: row.label, type: row.type, level, y, h: hh, open, lanes };
+      if (row.type === "group" && !open && row.id !== "job") entry.summary = devices(row).slice(0, SUMMARY_ROWS);
+      out.push(entry);
       y += hh;
       if (row.type === "group" && open) for (const c of row.children ?? []) walk(c, level + 1);
     };
@@ -439,7 +455,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (!d || d.moved || e.target !== canvas) return;
     const found = hit(e.offsetX, e.offsetY);
     if (!found) return;
-    if (found.row.type === "group" && e.offsetX < GUTTER + 400) toggle(found.row.id);
+    if (found.row.type === "group") toggle(found.row.id);
     else if (found.event !== null) void select(found.event, false, found.row.id);
   });
   canvas.addEventListener(
