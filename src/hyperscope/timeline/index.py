@@ -119,6 +119,7 @@ class Index:
 
 _CACHE: dict[Path, Index] = {}
 _LOCK = threading.Lock()
+_LOCKS: dict[Path, threading.Lock] = {}
 
 
 @functools.cache
@@ -146,7 +147,9 @@ def index_dir(profile: Profile) -> Path:
 def load(profile: Profile) -> Index:
     """The profile's index: from this process's cache, from disk, or built now (and stored)."""
     where = index_dir(profile)
-    with _LOCK:
+    with _LOCK:  # one lock per index: building a large one does not hold up the others
+        lock = _LOCKS.setdefault(where, threading.Lock())
+    with lock:
         found = _CACHE.get(where)
         if found is not None:
             return found
