@@ -215,7 +215,10 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/profiles/{profile_id}/filters",
         "/api/profiles/{profile_id}/dashboard",
         "/api/profiles/{profile_id}/annotations/{name}/histogram",
-        *(f"/api/profiles/{{profile_id}}/timeline/{p}" for p in ("rows", "tile", "event", "links", "flows", "search")),
+        *(
+            f"/api/profiles/{{profile_id}}/timeline/{p}"
+            for p in ("rows", "tile", "event", "links", "flows", "search")
+        ),
     }
     dashboard_answer = schema["paths"]["/api/profiles/{profile_id}/dashboard"]["get"]["responses"]
     assert dashboard_answer["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DashboardOut")
