@@ -5,62 +5,12 @@ import { h } from "../dom";
 import { showError } from "../errors";
 import { hooks } from "../hooks";
 import * as api from "./data";
-import type { TlDetails, TlEventRef, TlRow, TlRows, Tile } from "./data";
-import { type Layout, drawAll, fmtDuration, GROUP_H, GUTTER, LANE, MAX_LANES, RULER, SAMPLE_H, xOf } from "./draw";
-
-/** device rows drawn on a closed group's line, at most */
-const SUMMARY_ROWS = 32;
-
-export interface TimelineState {
-  profile: string | null;
-  origin: bigint;
-  span: [number, number];
-  t0: number;
-  t1: number;
-  scrollY: number;
-  open: Set<string>;
-  rows: TlRows | null;
-  layout: Layout[];
-  tile: Tile | null;
-  /** tiles answered since the page opened, and whether one is on its way */
-  tiles: number;
-  loading: boolean;
-  selected: TlDetails | null;
-  search: string;
-  matches: TlEventRef[];
-  matchTotal: number;
-  matchIndex: number;
-  allArrows: boolean;
-  flows: api.TlFlow[];
-  /** what the shown tile was asked for (exact epoch ns as strings), for tests */
-  lastRequest: { rows: string[]; t0_ns: string; t1_ns: string; width: number } | null;
-  /** ms of the last frames drawn (at most 200), for the benchmark */
-  drawMs: number[];
-}
-
-const state: TimelineState = {
-  profile: null,
-  origin: 0n,
-  span: [0, 1],
-  t0: 0,
-  t1: 1,
-  scrollY: 0,
-  open: new Set(["job"]),
-  rows: null,
-  layout: [],
-  tile: null,
-  tiles: 0,
-  loading: false,
-  selected: null,
-  search: "",
-  matches: [],
-  matchTotal: 0,
-  matchIndex: -1,
-  allArrows: false,
-  flows: [],
-  lastRequest: null,
-  drawMs: [],
-};
+import type { TlEventRef, TlRow } from "./data";
+import { type Layout, drawAll, GUTTER, LANE, MAX_LANES, RULER, xOf } from "./draw";
+import { installInput } from "./input";
+import { buildLayout, rowsInView } from "./layout";
+import { renderDetails } from "./panel";
+import { state } from "./state";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -113,40 +63,12 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   let abort: AbortController | null = null;
   let pending = 0;
 
-  /** The drawing rows in view (and a screenful around): a tile never carries rows off screen. */
   function leafIds(): string[] {
-    const hh = canvas.clientHeight || 1000;
-    const lo = state.scrollY - hh;
-    const hi = state.scrollY + 2 * hh;
-    const ids = new Set<string>();
-    for (const r of state.layout) {
-      if (r.y + r.h < lo || r.y > hi) continue;
-      if (r.type !== "group") ids.add(r.id);
-      else for (const id of r.summary ?? []) ids.add(id);
-    }
-    return [...ids];
-  }
-
-  function devices(row: TlRow): string[] {
-    if (row.type === "events") return row.id.startsWith("stream/") ? [row.id] : [];
-    return (row.children ?? []).flatMap(devices);
+    return rowsInView(state.layout, state.scrollY, canvas.clientHeight || 1000);
   }
 
   function relayout(): void {
-    const out: Layout[] = [];
-    let y = 0;
-    const walk = (row: TlRow, level: number): void => {
-      const open = state.open.has(row.id);
-      const lanes = row.type === "events" ? Math.min(MAX_LANES, Math.max(1, row.depths ?? 1)) : 1;
-      const hh = row.type === "group" ? GROUP_H : row.type === "samples" ? SAMPLE_H : lanes * LANE + 4;
-      const entry: Layout = { id: row.id, label: row.label, type: row.type, level, y, h: hh, open, lanes };
-      if (row.type === "group" && !open && row.id !== "job") entry.summary = devices(row).slice(0, SUMMARY_ROWS);
-      out.push(entry);
-      y += hh;
-      if (row.type === "group" && open) for (const c of row.children ?? []) walk(c, level + 1);
-    };
-    if (state.rows) walk(state.rows.root, 0);
-    state.layout = out;
+    state.layout = state.rows ? buildLayout(state.rows.root, state.open) : [];
   }
 
   function drawState(): import("./draw").DrawState {
@@ -345,46 +267,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   }
 
   function showDetails(tab: "details" | "connections"): void {
-    const d = state.selected;
-    if (!d) return;
-    const tabs = h(
-      "div",
-      { class: "tl-tabs" },
-      h("button", { type: "button", id: "tl-tab-details", class: tab === "details" ? "active" : "", onclick: () => showDetails("details") }, "Details"),
-      h("button", { type: "button", id: "tl-tab-connections", class: tab === "connections" ? "active" : "", onclick: () => showDetails("connections") }, `Connections (${d.links.length})`),
-    );
-    let body: HTMLElement;
-    if (tab === "details") {
-      const f = d.fields;
-      const lines: [string, string][] = [
-        ["name", String(f.name ?? "")],
-        ["kind", String(f.kind ?? "")],
-        ["start", `${fmtDuration(rel(String(f.ts_ns)))} (${String(f.ts_ns)} ns)`],
-        ["duration", fmtDuration(Number(f.dur_ns ?? 0))],
-        ["row", d.row ?? ""],
-      ];
-      for (const [k, v] of Object.entries(f)) {
-        if (["name", "kind", "ts_ns", "dur_ns"].includes(k)) continue;
-        lines.push([k, typeof v === "object" ? JSON.stringify(v) : String(v)]);
-      }
-      body = h("table", { class: "tl-fields" }, lines.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))));
-    } else {
-      body = h(
-        "ul",
-        { class: "tl-links", id: "tl-links" },
-        d.links.length === 0 ? h("li", { class: "muted" }, "No linked launch or kernel.") : null,
-        d.links.map((l) =>
-          h(
-            "li",
-            { "data-role": l.role, "data-id": l.id },
-            h("strong", {}, l.role === "launch" ? "launched by " : "launched "),
-            `${l.name} · ${l.kind} · ${fmtDuration(l.dur_ns)} · ${l.row} `,
-            h("button", { type: "button", class: "tl-jump", onclick: () => void select(l.id, true, l.row) }, "Jump"),
-          ),
-        ),
-      );
-    }
-    details.replaceChildren(tabs, h("div", { id: `tl-${tab}` }, body));
+    if (state.selected) renderDetails(details, state.selected, tab, rel, showDetails, (l) => void select(l.id, true, l.row));
   }
 
   async function runSearch(): Promise<void> {
@@ -434,52 +317,23 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     return { row, event: best };
   }
 
-  let drag: { x: number; y: number; t0: number; t1: number; sy: number; moved: boolean } | null = null;
-  canvas.addEventListener("mousedown", (e) => {
-    drag = { x: e.offsetX, y: e.offsetY, t0: state.t0, t1: state.t1, sy: state.scrollY, moved: false };
-    canvas.focus();
-  });
-  window.addEventListener("mousemove", (e) => {
-    if (!drag) return;
-    const dx = e.offsetX - drag.x;
-    const dy = e.offsetY - drag.y;
-    if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
-    if (!drag.moved || e.target !== canvas) return;
-    const ns = ((drag.t1 - drag.t0) / (canvas.clientWidth - GUTTER)) * dx;
-    state.scrollY = Math.max(0, drag.sy - dy);
-    setView(drag.t0 - ns, drag.t1 - ns);
-  });
-  window.addEventListener("mouseup", (e) => {
-    const d = drag;
-    drag = null;
-    if (!d || d.moved || e.target !== canvas) return;
-    const found = hit(e.offsetX, e.offsetY);
-    if (!found) return;
-    if (found.row.type === "group") toggle(found.row.id);
-    else if (found.event !== null) void select(found.event, false, found.row.id);
-  });
-  canvas.addEventListener(
-    "wheel",
-    (e) => {
-      e.preventDefault();
-      if (e.shiftKey) {
-        state.scrollY = Math.max(0, state.scrollY + e.deltaY);
-        redraw();
-        refetch();
-      } else if (Math.abs(e.deltaX) > Math.abs(e.deltaY)) pan(e.deltaX / (canvas.clientWidth - GUTTER));
-      else zoom(Math.exp(e.deltaY * 0.002), e.offsetX);
+  installInput(canvas, {
+    view: () => ({ t0: state.t0, t1: state.t1, scrollY: state.scrollY }),
+    scrollTo: (y: number) => {
+      state.scrollY = Math.max(0, y);
+      redraw();
+      refetch();
     },
-    { passive: false },
-  );
-  canvas.addEventListener("keydown", (e) => {
-    const k = e.key.toLowerCase();
-    if (k === "w") zoom(0.7);
-    else if (k === "s") zoom(1 / 0.7);
-    else if (k === "a") pan(-0.2);
-    else if (k === "d") pan(0.2);
-    else if (k === "f") fit();
-    else return;
-    e.preventDefault();
+    setView,
+    zoom,
+    pan,
+    fit,
+    click: (x: number, y: number) => {
+      const found = hit(x, y);
+      if (!found) return;
+      if (found.row.type === "group") toggle(found.row.id);
+      else if (found.event !== null) void select(found.event, false, found.row.id);
+    },
   });
   searchBox.addEventListener("keydown", (e) => {
     if (e.key !== "Enter") return;

@@ -1,0 +1,59 @@
+// Mouse and keyboard on the timeline canvas: wheel zooms around the pointer (horizontal wheel pans,
+// shift+wheel scrolls the rows), drag pans time and rows, a click without a drag selects or
+// toggles, W/S zoom, A/D pan, F fits the selection.
+import { GUTTER } from "./draw";
+
+export interface InputControl {
+  view(): { t0: number; t1: number; scrollY: number };
+  scrollTo(y: number): void;
+  setView(t0: number, t1: number): void;
+  zoom(factor: number, atX?: number): void;
+  pan(fraction: number): void;
+  fit(): void;
+  click(x: number, y: number): void;
+}
+
+export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void {
+  let drag: { x: number; y: number; t0: number; t1: number; sy: number; moved: boolean } | null = null;
+  canvas.addEventListener("mousedown", (e) => {
+    const v = ctl.view();
+    drag = { x: e.offsetX, y: e.offsetY, t0: v.t0, t1: v.t1, sy: v.scrollY, moved: false };
+    canvas.focus();
+  });
+  window.addEventListener("mousemove", (e) => {
+    if (!drag) return;
+    const dx = e.offsetX - drag.x;
+    const dy = e.offsetY - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
+    if (!drag.moved || e.target !== canvas) return;
+    const ns = ((drag.t1 - drag.t0) / (canvas.clientWidth - GUTTER)) * dx;
+    ctl.scrollTo(drag.sy - dy);
+    ctl.setView(drag.t0 - ns, drag.t1 - ns);
+  });
+  window.addEventListener("mouseup", (e) => {
+    const d = drag;
+    drag = null;
+    if (!d || d.moved || e.target !== canvas) return;
+    ctl.click(e.offsetX, e.offsetY);
+  });
+  canvas.addEventListener(
+    "wheel",
+    (e) => {
+      e.preventDefault();
+      if (e.shiftKey) ctl.scrollTo(ctl.view().scrollY + e.deltaY);
+      else if (Math.abs(e.deltaX) > Math.abs(e.deltaY)) ctl.pan(e.deltaX / (canvas.clientWidth - GUTTER));
+      else ctl.zoom(Math.exp(e.deltaY * 0.002), e.offsetX);
+    },
+    { passive: false },
+  );
+  canvas.addEventListener("keydown", (e) => {
+    const k = e.key.toLowerCase();
+    if (k === "w") ctl.zoom(0.7);
+    else if (k === "s") ctl.zoom(1 / 0.7);
+    else if (k === "a") ctl.pan(-0.2);
+    else if (k === "d") ctl.pan(0.2);
+    else if (k === "f") ctl.fit();
+    else return;
+    e.preventDefault();
+  });
+}

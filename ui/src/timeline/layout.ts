@@ -1,0 +1,43 @@
+// Rows of the tree as drawn: each open group's children below it, heights from what a row holds
+// (nesting levels of events, a sample track, a group line), and which rows a tile must carry.
+import type { TlRow } from "./data";
+import { GROUP_H, LANE, type Layout, MAX_LANES, SAMPLE_H } from "./draw";
+
+/** device rows drawn on a closed group's line, at most */
+export const SUMMARY_ROWS = 32;
+
+function devices(row: TlRow): string[] {
+  if (row.type === "events") return row.id.startsWith("stream/") ? [row.id] : [];
+  return (row.children ?? []).flatMap(devices);
+}
+
+export function buildLayout(root: TlRow, open: Set<string>): Layout[] {
+  const out: Layout[] = [];
+  let y = 0;
+  const walk = (row: TlRow, level: number): void => {
+    const isOpen = open.has(row.id);
+    const lanes = row.type === "events" ? Math.min(MAX_LANES, Math.max(1, row.depths ?? 1)) : 1;
+    const hh = row.type === "group" ? GROUP_H : row.type === "samples" ? SAMPLE_H : lanes * LANE + 4;
+    const entry: Layout = { id: row.id, label: row.label, type: row.type, level, y, h: hh, open: isOpen, lanes };
+    // a closed node or GPU draws its streams flattened on its line: never a blank page
+    if (row.type === "group" && !isOpen && row.id !== "job") entry.summary = devices(row).slice(0, SUMMARY_ROWS);
+    out.push(entry);
+    y += hh;
+    if (row.type === "group" && isOpen) for (const c of row.children ?? []) walk(c, level + 1);
+  };
+  walk(root, 0);
+  return out;
+}
+
+/** The rows a tile carries: those in view and a screenful around, closed groups by their streams. */
+export function rowsInView(layout: Layout[], scrollY: number, height: number): string[] {
+  const lo = scrollY - height;
+  const hi = scrollY + 2 * height;
+  const ids = new Set<string>();
+  for (const r of layout) {
+    if (r.y + r.h < lo || r.y > hi) continue;
+    if (r.type !== "group") ids.add(r.id);
+    else for (const id of r.summary ?? []) ids.add(id);
+  }
+  return [...ids];
+}

@@ -1,0 +1,56 @@
+// The timeline page's state: one object, exposed as window.__hyperscope.timeline.state so that
+// tests and the benchmark read what is drawn.
+import type { TlDetails, TlEventRef, TlFlow, TlRows, Tile } from "./data";
+import type { Layout } from "./draw";
+
+export interface TimelineState {
+  profile: string | null;
+  origin: bigint;
+  span: [number, number];
+  t0: number;
+  t1: number;
+  scrollY: number;
+  open: Set<string>;
+  rows: TlRows | null;
+  layout: Layout[];
+  tile: Tile | null;
+  /** tiles answered since the page opened, and whether one is on its way */
+  tiles: number;
+  loading: boolean;
+  selected: TlDetails | null;
+  search: string;
+  matches: TlEventRef[];
+  matchTotal: number;
+  matchIndex: number;
+  allArrows: boolean;
+  flows: TlFlow[];
+  /** what the shown tile was asked for (exact epoch ns as strings), for tests */
+  lastRequest: { rows: string[]; t0_ns: string; t1_ns: string; width: number } | null;
+  /** ms of the last frames drawn (at most 200), for the benchmark */
+  drawMs: number[];
+}
+
+export const state: TimelineState = {
+  profile: null,
+  origin: 0n,
+  span: [0, 1],
+  t0: 0,
+  t1: 1,
+  scrollY: 0,
+  open: new Set(["job"]),
+  rows: null,
+  layout: [],
+  tile: null,
+  tiles: 0,
+  loading: false,
+  selected: null,
+  search: "",
+  matches: [],
+  matchTotal: 0,
+  matchIndex: -1,
+  allArrows: false,
+  flows: [],
+  lastRequest: null,
+  drawMs: [],
+};
+
