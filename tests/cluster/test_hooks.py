@@ -46,18 +46,22 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
         assert args.startswith(f"-m hyperscope health --drain --node {node} --path ")
         assert f"SLURM_CONF={state.slurm_conf}" in env
         assert (f"HYPERSCOPE_HEALTH_FAULTS={faults}" in env) == (faults is not None)
+    # as the Prolog (Slurm sets SLURM_JOB_ID), only the quick checks
+    subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-1", "SLURM_JOB_ID": "7"}, check=True)
+    assert "--node workers-1 --quick --path " in (tmp_path / "shared" / "args").read_text()
 
 
 def test_install_writes_the_slurm_conf_lines(tmp_path: Path, make_spec: Callable[..., ClusterSpec]) -> None:
     state = _state(tmp_path)
     lines = hooks.install(make_spec(), state)
-    assert lines[:3] == [
+    assert lines[:4] == [
         f"HealthCheckProgram={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
         "HealthCheckInterval=5",
         "HealthCheckNodeState=ANY",
+        f"Prolog={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
     ]
     if spank.HEADER.is_file():
-        assert lines[3] == f"PlugStackConfig={Path(state.dir) / 'etc' / 'plugstack.conf'}"
+        assert lines[4] == f"PlugStackConfig={Path(state.dir) / 'etc' / 'plugstack.conf'}"
         assert state.notes == []
 
 

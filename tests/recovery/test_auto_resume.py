@@ -152,3 +152,36 @@ def test_a_job_failing_on_every_attempt_stops_after_its_attempts(
         "attempt=2 of=2 action=give-up",
     ]
     assert [a for a, _ in _starts(out)] == [1, 2]
+
+
+def test_the_prolog_keeps_a_job_off_a_node_that_turned_sick_between_health_checks(
+    local_cluster: Callable[..., ClusterState], tmp_path: Path
+) -> None:
+    """The periodic check runs every 300 s here, so only the Prolog (the quick check Slurm runs
+    before a job's first step on each of its nodes) can see the fault in time."""
+    state = local_cluster(health_check_interval=300)
+    faults = hooks.faults_dir(state) / "workers-1.json"
+    faults.write_text(json.dumps({"gpus": [{"index": 0, "ecc_uncorrectable": 1}]}))
+    out = tmp_path / "job.out"
+    slurm = Slurm(Path(state.slurm_conf))
+    job_id = int(
+        slurm.run(
+            "sbatch",
+            "--parsable",
+            "-N2",
+            "-o",
+            str(out),
+            "--wrap",
+            "srun bash -c 'echo ran on $SLURMD_NODENAME'",
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
+    job = wait_for("the job to end", lambda: _finished(state, job_id))
+    assert isinstance(job, Job) and job.state == "COMPLETED", out.read_text() if out.exists() else job
+    ran = sorted(re.findall(r"ran on (\S+)", out.read_text()))
+    assert len(ran) == 2 and "workers-1" not in ran  # the sick node, drained by its prolog
+    log = read_log(Path(state.dir))
+    decided = [r for r in log if r["kind"] == "replace"]
+    assert decided and decided[0]["nodes"][0] == "workers-1" and "gpu0.ecc" in decided[0]["reason"]
+    assert any(r["kind"] == "release" and "failed launch" in r["reason"] for r in log)

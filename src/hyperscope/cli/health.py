@@ -46,6 +46,13 @@ def health_command(
     node: Annotated[
         str | None, typer.Option(help="Node name (default: $SLURMD_NODENAME, else hostname).")
     ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            help="Skip the slow checks (DCGM diagnostics, your own checks): what Slurm's Prolog runs "
+            "before every job on every node."
+        ),
+    ] = False,
 ) -> None:
     """Check this node: GPUs through NVML (count, uncorrectable ECC, pending row remaps and page
     retirements, XIDs, temperature and throttling), DCGM diagnostics when dcgmi is installed, disk
@@ -61,7 +68,8 @@ def health_command(
         paths=tuple(path or ()),
         min_free_bytes=int(min_free_gib * (1 << 30)),
         shared=shared,
-        checks_dir=checks_dir,
+        checks_dir=None if quick else checks_dir,
+        dcgm=not quick,
     )
     try:
         report = health.run(config, node=node)

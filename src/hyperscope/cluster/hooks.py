@@ -1,5 +1,7 @@
 """What a local cluster needs for resilience beyond plain Slurm: the ``--auto-resume`` SPANK plugin
-(PlugStackConfig) and ``hyperscope health --drain`` as Slurm's HealthCheckProgram.
+(PlugStackConfig) and ``hyperscope health --drain`` as Slurm's HealthCheckProgram, and its quick
+form as the Prolog (run on every node of a job before its first step: a node that fails it is
+drained and the job goes elsewhere instead of starting on a sick node).
 
 Slurm runs the HealthCheckProgram with nothing but ``SLURMD_NODENAME`` in its environment
 (notes/local-slurm.md, pitfall 16), so it is a generated wrapper that knows the cluster: its
@@ -41,7 +43,9 @@ export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 faults={q(str(faults_dir(state)))}/$node.json
 if [ -e "$faults" ]; then export HYPERSCOPE_HEALTH_FAULTS="$faults"; else unset HYPERSCOPE_HEALTH_FAULTS; fi
-exec {q(python)} -m hyperscope health --drain --node "$node" \\
+# As the Prolog (Slurm sets SLURM_JOB_ID) only the quick checks: it runs before every job.
+quick=""; [ -n "${{SLURM_JOB_ID:-}}" ] && quick=--quick
+exec {q(python)} -m hyperscope health --drain --node "$node" $quick \\
     --path {q(str(spool))}/"$node" --min-free-gib 0.1 --shared {q(state.shared_dir)} >/dev/null
 """
 
@@ -59,6 +63,7 @@ def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
         f"HealthCheckProgram={wrapper}",
         f"HealthCheckInterval={spec.recovery.health_check_interval}",
         "HealthCheckNodeState=ANY",
+        f"Prolog={wrapper}",
     ]
     try:
         plugin = spank.build(Path(state.dir) / "lib")

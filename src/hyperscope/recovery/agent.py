@@ -251,6 +251,9 @@ class Agent:
         now = self.clock()
         for job in jobs:
             key = (job.id, job.restarts)
+            if job.state == "PENDING" and _held_after_failed_launch(job.reason):
+                self._release_held(slurm, job)
+                continue
             if (
                 job.state != "PENDING"
                 or job.restarts == 0
@@ -270,6 +273,19 @@ class Agent:
                 why = f"requeued (restart {job.restarts}): post-requeue hold lifted"
                 self.log({"kind": "release", "job": str(job.id), "phase": "done", "reason": why})
 
+    def _release_held(self, slurm: Slurm, job: Job) -> None:
+        """Slurm holds a batch job whose launch failed (its Prolog, the quick health check, found a
+        sick node and drained it) until someone releases it; the node is out of the partition by
+        then, so the job can start on healthy ones. Once per restart."""
+        key = (job.id, -1 - job.restarts)
+        if key in self.released:
+            return
+        done = slurm.run("scontrol", "release", str(job.id), check=False)
+        if done.returncode == 0:
+            self.released.add(key)
+            why = "held by Slurm after a failed launch (a node failed its prolog health check): released"
+            self.log({"kind": "release", "job": str(job.id), "phase": "done", "reason": why})
+
     def run(self, interval: float = 1.0, *, passes: int | None = None) -> None:
         """Loop until the cluster is gone (or ``passes`` passes, for tests)."""
         n = 0
@@ -282,3 +298,8 @@ class Agent:
                 self.log({"kind": "error", "phase": "failed", "error": str(exc)})
             n += 1
             time.sleep(min(interval, BUSY_INTERVAL_S) if self.busy else interval)
+
+
+def _held_after_failed_launch(reason: str) -> bool:
+    """``launch failed requeued held``, as squeue or ``scontrol show job`` spell it."""
+    return reason.replace("_", " ").strip().lower() == "launch failed requeued held"
