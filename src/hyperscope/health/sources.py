@@ -90,7 +90,7 @@ def _reading(nvml: Any, index: int) -> GpuReading:
     def ask(fn: Any, *args: Any, default: Any = None) -> Any:
         try:
             return fn(handle, *args)
-        except nvml.NVMLError:  # not supported on this board, or not now: the check says so
+        except (nvml.NVMLError, AttributeError):  # not on this board, or not in these bindings
             return default
 
     name = ask(nvml.nvmlDeviceGetName, default="")
