@@ -12,8 +12,6 @@ best effort: a read-only store only loses the speed-up.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
 import os
 from pathlib import Path
@@ -23,21 +21,14 @@ import orjson
 
 from hyperscope.analysis._common import ALL
 from hyperscope.analysis.dashboard import BUCKETS, TOP_K, dashboard, to_json
+from hyperscope.store.derived import DERIVED_DIR, source_digest
 from hyperscope.store.profile import Profile
 
 log = logging.getLogger("hyperscope.analysis")
 
-DERIVED_DIR = "derived"
-
-
-@functools.cache
 def code_digest() -> str:
     """A digest of every analysis module's source: what the stored answers were computed by."""
-    digest = hashlib.sha256()
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(source.name.encode())
-        digest.update(source.read_bytes())
-    return digest.hexdigest()[:16]
+    return source_digest(Path(__file__).parent)
 
 
 def dashboard_path(profile: Profile, top_k: int = TOP_K, buckets: int = BUCKETS) -> Path:

@@ -40,13 +40,13 @@ import numpy.typing as npt
 from hyperscope.analysis._common import connection
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
+from hyperscope.store.derived import DERIVED_DIR, source_digest
 from hyperscope.store.profile import Profile
 
 log = logging.getLogger("hyperscope.timeline")
 
 I64 = npt.NDArray[np.int64]
 
-DERIVED_DIR: Final = "derived"
 #: kinds drawn on a host row (the thread that recorded them)
 HOST_KINDS: Final = (
     EventKind.STEP,
@@ -122,14 +122,9 @@ _LOCK = threading.Lock()
 _LOCKS: dict[Path, threading.Lock] = {}
 
 
-@functools.cache
 def code_digest() -> str:
     """A digest of this package's source: an index built by other code is never read."""
-    digest = hashlib.sha256()
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(source.name.encode())
-        digest.update(source.read_bytes())
-    return digest.hexdigest()[:12]
+    return source_digest(Path(__file__).parent)
 
 
 def _parts(profile: Profile) -> list[Path]:
