@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -66,7 +67,10 @@ def main() -> None:
         hs.step()  # a heartbeat for the agent's hang detection
         print(f"rank {rank} step {step} {time.time():.3f}", flush=True)
         if step == args.fail_at and rank == 0:
-            raise SystemExit(3)
+            # a crash, as abrupt as a real one: no clean-up, so gloo's threads cannot abort the
+            # exit (SystemExit ran its destructors, and one run died of SIGABRT instead of 3)
+            sys.stdout.flush()
+            os._exit(3)
         if (step + 1) % args.every == 0:
             ckpt.save({"model": net.state_dict()}, step)
         time.sleep(args.step_time)
