@@ -36,6 +36,7 @@ from hyperscope.cluster.state import (
     alive,
     cluster_lock,
     clusters_dir,
+    mark_deleting,
     processes_with_env,
     start_time,
     stop,
@@ -327,13 +328,11 @@ class LocalProvider:
 
     def _delete(self, name: str) -> bool:
         d = self.cluster_dir(name)
-        if not (d / "cluster.json").is_file():
+        state = mark_deleting(d)
+        if state is None:
             if d.is_dir():
                 shutil.rmtree(d)
             return False
-        state = ClusterState.load(d)
-        state.status = "Deleting"
-        state.save()
         self._teardown(state)
         return True
 

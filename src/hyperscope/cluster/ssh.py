@@ -41,6 +41,7 @@ from hyperscope.cluster.state import (
     Progress,
     cluster_lock,
     clusters_dir,
+    mark_deleting,
 )
 
 MARKER = "HYPERSCOPE_CLUSTER_DIR"  # as the local provider's: in every daemon's environment
@@ -338,12 +339,9 @@ class SshProvider:
 
     def delete(self, name: str) -> bool:
         with cluster_lock(self.home, name, remove=True):
-            d = clusters_dir(self.home) / name
-            if not (d / "cluster.json").is_file():
+            state = mark_deleting(clusters_dir(self.home) / name)
+            if state is None:
                 return False
-            state = ClusterState.load(d)
-            state.status = "Deleting"
-            state.save()
             self._teardown(state)
             return True
 

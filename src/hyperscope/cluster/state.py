@@ -200,6 +200,17 @@ def processes_with_env(pairs: Iterable[str], *, require: str | None = None) -> l
     return pids
 
 
+def mark_deleting(cluster_dir: Path) -> ClusterState | None:
+    """The cluster's state, saved as Deleting before any daemon is stopped (so ``describe`` says so
+    while it happens), or None when ``cluster_dir`` holds no cluster."""
+    if not (cluster_dir / "cluster.json").is_file():
+        return None
+    state = ClusterState.load(cluster_dir)
+    state.status = "Deleting"
+    state.save()
+    return state
+
+
 def stop(procs: Iterable[Proc], *, grace: float = 5.0) -> list[Proc]:
     """SIGTERM every live one, SIGKILL what is left after ``grace`` s; returns those that needed KILL."""
     _reap()
