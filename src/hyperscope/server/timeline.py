@@ -23,7 +23,7 @@ from hyperscope.server.jobs import ProfileHit
 from hyperscope.server.limits import QueryLimits
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.links import MAX_MATCHES
-from hyperscope.timeline.rows import sample_key
+from hyperscope.timeline.rows import is_sample_row
 from hyperscope.timeline.tile import MAX_ROWS, MAX_WIDTH
 
 MEDIA_TYPE: Final = "application/vnd.hyperscope.tile"
@@ -92,8 +92,8 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
             raise UsageError(f"rows: expected 1 to {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
         if t1_ns <= t0_ns:
             raise UsageError(f"t1_ns {t1_ns}: expected a time after t0_ns ({t0_ns})")
-        sample_ids = [r for r in row_ids if sample_key(r) is not None]
-        event_ids = [r for r in row_ids if sample_key(r) is None]
+        sample_ids = [r for r in row_ids if is_sample_row(r)]
+        event_ids = [r for r in row_ids if not is_sample_row(r)]
 
         def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> bytes:
             if event_ids:
@@ -101,7 +101,7 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
             else:
                 t = tl.Tile(row_ids=[], t0_ns=t0_ns, t1_ns=t1_ns, width_px=width, min_px=1.0)
             if sample_ids:
-                s_row, t.s_ts, t.s_val = tl.sample_tile(con, sample_ids, t0_ns, t1_ns, width)
+                s_row, t.s_ts, t.s_val = tl.sample_tile(con, sample_ids, t0_ns, t1_ns, width, index=index)
                 t.s_row = (s_row + len(event_ids)).astype(np.uint16)
             t.row_ids = event_ids + sample_ids
             return tl.encode(t)

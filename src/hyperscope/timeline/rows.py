@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from hyperscope.errors import UsageError
 from hyperscope.schema.events import SampleMetric
+from hyperscope.timeline import tracks as _tracks
 from hyperscope.timeline.index import KINDS, Index
 from hyperscope.timeline.tile import boundaries
 
@@ -64,6 +65,11 @@ def sample_key(row_id: str) -> tuple[str, str, int] | None:
         if device.lstrip("-").isdigit() and metric in {m.value for m in CPU_METRICS}:
             return node, metric, int(device)
     return None
+
+
+def is_sample_row(row_id: str) -> bool:
+    """Whether a row id names a curve (sample metric, memory or counter track), not event rows."""
+    return sample_key(row_id) is not None or _tracks.is_track(row_id)
 
 
 def tree(index: Index, con: duckdb.DuckDBPyConnection, job: str) -> Row:
@@ -128,41 +134,71 @@ def tree(index: Index, con: duckdb.DuckDBPyConnection, job: str) -> Row:
             gpus[(info.rank, info.a)].children.append(
                 Row(info.id, f"stream {info.b}", "events", events=info.stop - info.start, depths=info.depths)
             )
+    for track in _tracks.load(index, con).values():
+        parent = gpus.get((track.rank, track.device)) or rank_gpu.get(track.rank) or procs.get(track.rank)
+        if parent is None:
+            node = rank_node.get(track.rank, "")
+            if node not in nodes:
+                nodes[node] = Row(f"node/{node}", node or "(unnamed node)", "group")
+            label = f"CPU process · rank {track.rank}"
+            parent = procs[track.rank] = Row(f"proc/{track.rank}", label, "group")
+            nodes[node].children.append(parent)
+        # after the utilization track, before the thread and stream rows
+        at = sum(1 for c in parent.children if c.type == "samples")
+        parent.children.insert(at, Row(track.id, track.label, "samples", unit=track.unit))
     return Row("job", job, "group", children=list(nodes.values()))
 
 
 def sample_tile(
-    con: duckdb.DuckDBPyConnection, row_ids: list[str], t0: int, t1: int, width: int
+    con: duckdb.DuckDBPyConnection,
+    row_ids: list[str],
+    t0: int,
+    t1: int,
+    width: int,
+    index: Index | None = None,
 ) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """Samples of each row inside the window (plus the one before, where a line starts), one mean
-    value per pixel column where the row has more than one sample per column."""
+    """Samples of each row inside the window (plus the one before, where a line starts), one value
+    per pixel column where the row has more than one sample per column: the mean, or for memory
+    tracks the peak. Memory and counter tracks (``mem/``, ``counter/``) need the profile's
+    ``index``, whose life bounds that of the tracks read for it."""
     rows, tss, vals = [], [], []
     edges = boundaries(t0, t1, width)
+    known = _tracks.load(index, con) if index is not None and any(map(_tracks.is_track, row_ids)) else {}
     for r, rid in enumerate(row_ids):
+        track = known.get(rid)
         key = sample_key(rid)
-        if key is None:
+        if track is not None:
+            ts, val = _tracks.window(track, t0, t1)
+        elif key is not None:
+            ts, val = _samples(con, key, t0, t1)
+        else:
             raise UsageError(f"rows: {rid!r} is not a row of this profile (see timeline/rows)")
-        node, metric, device = key
-        got = con.execute(
-            "SELECT ts_ns, value FROM samples WHERE coalesce(node, '') = $n AND metric = $m AND device = $d "
-            "AND ts_ns < $t1 AND ts_ns >= coalesce((SELECT max(ts_ns) FROM samples "
-            "WHERE coalesce(node, '') = $n "
-            "AND metric = $m AND device = $d AND ts_ns < $t0), $t0) ORDER BY ts_ns",
-            {"n": node, "m": metric, "d": device, "t0": t0, "t1": t1},
-        ).fetchnumpy()
-        ts = np.asarray(got["ts_ns"], dtype=np.int64)
-        val = np.asarray(got["value"], dtype=np.float64)
         if len(ts) > width:
             col = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, width - 1)
             keys, first, counts = np.unique(col, return_index=True, return_counts=True)
             ts = edges[keys]
-            val = np.add.reduceat(val, first) / counts
+            peak = track is not None and track.peak
+            val = np.maximum.reduceat(val, first) if peak else np.add.reduceat(val, first) / counts
         rows.append(np.full(len(ts), r, np.uint16))
         tss.append(ts)
         vals.append(val)
     if not rows:
         return np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.float64)
     return np.concatenate(rows), np.concatenate(tss), np.concatenate(vals)
+
+
+def _samples(
+    con: duckdb.DuckDBPyConnection, key: tuple[str, str, int], t0: int, t1: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    node, metric, device = key
+    got = con.execute(
+        "SELECT ts_ns, value FROM samples WHERE coalesce(node, '') = $n AND metric = $m AND device = $d "
+        "AND ts_ns < $t1 AND ts_ns >= coalesce((SELECT max(ts_ns) FROM samples "
+        "WHERE coalesce(node, '') = $n "
+        "AND metric = $m AND device = $d AND ts_ns < $t0), $t0) ORDER BY ts_ns",
+        {"n": node, "m": metric, "d": device, "t0": t0, "t1": t1},
+    ).fetchnumpy()
+    return np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["value"], dtype=np.float64)
 
 
 def steps(index: Index) -> list[dict[str, Any]]:
