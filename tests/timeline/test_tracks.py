@@ -69,7 +69,6 @@ def test_memory_and_counters_become_tracks(profile: Profile) -> None:
         "counter/0/7/queue%2Fdepth/done",
         "counter/0/7/queue%2Fdepth/pending",
         "mem/0/0/-1/allocated",
-        "mem/0/0/-1/reserved",
         "mem/0/1/0/allocated",
         "mem/0/1/0/reserved",
     ]
@@ -78,7 +77,7 @@ def test_memory_and_counters_become_tracks(profile: Profile) -> None:
     assert cuda.value.tolist() == [1024, 5120, 4096, 6144, 2048]
     assert np.diff(cuda.ts_ns).tolist() == [10_000] * 4
     assert got["mem/0/1/0/reserved"].value.tolist() == [1 << 20] * 5
-    assert got["mem/0/0/-1/reserved"].value.tolist() == [64]  # no reserved total: the allocated one
+    assert got["mem/0/0/-1/allocated"].label == "CPU memory allocated"  # no reserved total: no track
     assert got["counter/0/7/queue%2Fdepth/pending"].value.tolist() == [0, 1, 2, 3]
     assert got["counter/0/7/queue%2Fdepth/done"].label == "queue/depth · done"
 

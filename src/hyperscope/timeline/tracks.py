@@ -78,7 +78,7 @@ def read(con: duckdb.DuckDBPyConnection) -> dict[str, Track]:
     out: dict[str, Track] = {}
     mem = con.execute(
         "SELECT rank, coalesce(device_type, -1) AS dt, coalesce(device_id, -1) AS di, ts_ns, "
-        "total_allocated::DOUBLE AS allocated, coalesce(total_reserved, total_allocated)::DOUBLE AS reserved "
+        "total_allocated::DOUBLE AS allocated, coalesce(total_reserved, 0)::DOUBLE AS reserved "
         "FROM events WHERE kind = $k AND ts_ns IS NOT NULL AND total_allocated IS NOT NULL "
         "ORDER BY rank, dt, di, ts_ns",
         {"k": EventKind.MEMORY.value},
@@ -90,6 +90,9 @@ def read(con: duckdb.DuckDBPyConnection) -> dict[str, Track]:
             rank, dt, di = (int(x) for x in key[lo])
             where = "CPU" if dt == CPU_DEVICE_TYPE else f"device {di}"
             for series in MEMORY_SERIES:
+                value = np.asarray(mem[series][lo:hi], dtype=np.float64)
+                if series == "reserved" and not np.any(value > 0):
+                    continue  # the CPU allocator (and some traces) report no reserved total
                 rid = f"mem/{rank}/{dt}/{di}/{series}"
                 out[rid] = Track(
                     id=rid,
@@ -97,7 +100,7 @@ def read(con: duckdb.DuckDBPyConnection) -> dict[str, Track]:
                     label=f"{where} memory {series}",
                     unit="bytes",
                     ts_ns=np.asarray(mem["ts_ns"][lo:hi], dtype=np.int64),
-                    value=np.asarray(mem[series][lo:hi], dtype=np.float64),
+                    value=value,
                     device=di if dt != CPU_DEVICE_TYPE else -1,
                     peak=True,
                 )
