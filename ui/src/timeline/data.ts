@@ -83,6 +83,12 @@ export interface Tile {
   sRow: Uint16Array;
   sTs: Float64Array;
   sVal: Float64Array;
+  /** instant marks: at most one per row and pixel column (empty from a server without them) */
+  mRow: Uint16Array;
+  mTs: Float64Array; // relative to origin: the column's first instant of that row
+  mCount: Uint32Array; // instants of that row in the column
+  mName: Uint32Array;
+  mId: Float64Array; // the first instant's event id
   bytes: number;
 }
 
@@ -137,6 +143,22 @@ export async function getTile(
   const url = `${base(p)}/tile?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${a}&t1_ns=${b}&width=${width}`;
   const r = await failIfBad(await fetch(url, { signal }));
   return decodeTile(await r.arrayBuffer(), origin);
+}
+
+type Marks = Pick<Tile, "mRow" | "mTs" | "mCount" | "mName" | "mId">;
+
+/** The instant columns (`m_*`), or none when the tile has no `m_row` (a server before marks). */
+function marks(col: ((name: string) => ArrayBufferView) | null, origin: bigint): Marks {
+  if (!col) {
+    return { mRow: new Uint16Array(0), mTs: new Float64Array(0), mCount: new Uint32Array(0), mName: new Uint32Array(0), mId: new Float64Array(0) };
+  }
+  return {
+    mRow: col("m_row") as Uint16Array,
+    mTs: toF64(col("m_ts") as BigInt64Array, origin),
+    mCount: col("m_count") as Uint32Array,
+    mName: col("m_name") as Uint32Array,
+    mId: toF64(col("m_id") as BigInt64Array, null),
+  };
 }
 
 export function decodeTile(buf: ArrayBuffer, origin: bigint): Tile {
@@ -200,6 +222,7 @@ export function decodeTile(buf: ArrayBuffer, origin: bigint): Tile {
     sRow: col("s_row") as Uint16Array,
     sTs: toF64(col("s_ts") as BigInt64Array, origin),
     sVal: col("s_val") as Float64Array,
+    ...marks(header.columns.some((c) => c.name === "m_row") ? col : null, origin),
     bytes: buf.byteLength,
   };
 }

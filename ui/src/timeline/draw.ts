@@ -1,29 +1,7 @@
-// Canvas drawing of the timeline: ruler, event rows (events, merged columns), sample rows, arrows.
-// Everything is drawn from typed arrays; nothing here allocates per event.
-import type { Tile } from "./data";
-
-export const GUTTER = 280; // px of row labels
-export const RULER = 26; // px of the time ruler
-export const LANE = 16; // px per nesting level of an event row
-export const SAMPLE_H = 34;
-export const GROUP_H = 22;
-export const MAX_LANES = 12; // deeper levels are drawn on the last lane
-const BUSY_LEVELS = 16;
-/** pale (a few short events) to dark (busy all the column) */
-const BUSY_COLORS = Array.from({ length: BUSY_LEVELS }, (_, k) => `hsl(25 80% ${78 - (45 * (k + 0.5)) / BUSY_LEVELS}%)`);
-
-export interface Layout {
-  id: string;
-  label: string;
-  type: "group" | "events" | "samples";
-  level: number; // depth in the tree
-  y: number;
-  h: number;
-  open: boolean;
-  lanes: number;
-  /** a closed group: the device rows under it, drawn flattened on its line (what ran, where busy) */
-  summary?: string[];
-}
+// Canvas drawing of a timeline frame: row backgrounds and labels, the tile's layer (layer.ts: events,
+// merged columns, samples, instants, drawn once per tile and scale), the selection, launch → kernel
+// arrows and the ruler. Nothing here goes over the tile's events.
+import { GUTTER, type Layout, RULER } from "./geometry";
 
 /** A time span in the unit that keeps 1-4 significant digits: 750 ns, 12.5 µs, 3.2 ms, 1.5 s. */
 export function fmtDuration(ns: number): string {
@@ -52,31 +30,6 @@ export function tickStep(nsPerPx: number, minPx = 90): number {
   return 10 * p;
 }
 
-function hash(text: string): number {
-  let h = 2166136261;
-  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 16777619);
-  return h >>> 0;
-}
-
-const colorCache = new Map<string, string>();
-/** A stable colour per name; kernels warm, host calls cool, NCCL collectives red. */
-export function nameColor(name: string, kind: string): string {
-  const key = `${kind}|${name}`;
-  let c = colorCache.get(key);
-  if (c) return c;
-  const hh = hash(name);
-  let hue: number;
-  if (/nccl|AllReduce|AllGather|ReduceScatter|SendRecv|Broadcast/i.test(name)) hue = 0;
-  else if (kind === "kernel") hue = 20 + (hh % 60);
-  else if (kind === "memcpy" || kind === "memset") hue = 280 + (hh % 30);
-  else if (kind === "runtime" || kind === "driver") hue = 190 + (hh % 40);
-  else if (kind === "step") hue = 120;
-  else hue = 90 + (hh % 90);
-  c = `hsl(${hue} 60% ${52 + (hh % 12)}%)`;
-  colorCache.set(key, c);
-  return c;
-}
-
 export interface DrawState {
   ctx: CanvasRenderingContext2D;
   width: number; // css px, gutter included
@@ -85,34 +38,53 @@ export interface DrawState {
   t1: number;
   scrollY: number;
   rows: Layout[];
-  tile: Tile | null;
-  selectedId: number | null;
-  search: string;
-  origin: string;
 }
 
-export function xOf(s: DrawState, t: number): number {
+/** A launch → kernel arrow in canvas px; dashed when an end's row is hidden in a closed group. */
+export interface Arrow {
+  x0: number;
+  y0: number;
+  x1: number;
+  y1: number;
+  dashed: boolean;
+}
+
+/** A rectangle in canvas px (the selected event's outline). */
+export interface Rect {
+  x: number;
+  y: number;
+  w: number;
+  h: number;
+}
+
+export function xOf(s: { t0: number; t1: number; width: number }, t: number): number {
   return GUTTER + ((t - s.t0) / (s.t1 - s.t0)) * (s.width - GUTTER);
 }
 
-export function drawAll(s: DrawState, arrows: [number, number, number, number][]): void {
+/** One frame; `paintTile` draws the tile's events clipped to the events area. */
+export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | null, arrows: Arrow[]): void {
   const { ctx } = s;
   ctx.clearRect(0, 0, s.width, s.height);
   ctx.font = "11px system-ui, sans-serif";
-  const rowIndex = new Map<string, Layout>();
-  for (const r of s.rows) for (const id of r.summary ?? []) if (!rowIndex.has(id)) rowIndex.set(id, r);
-  for (const r of s.rows) rowIndex.set(r.id, r);
-  // rows: backgrounds and labels
   ctx.save();
   ctx.beginPath();
   ctx.rect(0, RULER, s.width, s.height - RULER);
   ctx.clip();
-  for (const r of s.rows) {
+  // rows: backgrounds and labels (the rows on screen only: a binary search for the first)
+  let lo = 0;
+  let hi = s.rows.length;
+  while (lo < hi) {
+    const m = (lo + hi) >> 1;
+    if (s.rows[m]!.y + s.rows[m]!.h < s.scrollY) lo = m + 1;
+    else hi = m;
+  }
+  ctx.strokeStyle = "#e3e7ee";
+  for (let k = lo; k < s.rows.length; k++) {
+    const r = s.rows[k]!;
     const y = r.y - s.scrollY + RULER;
-    if (y > s.height || y + r.h < RULER) continue;
+    if (y > s.height) break;
     ctx.fillStyle = r.type === "group" ? "#eef1f6" : "#fff";
     ctx.fillRect(0, y, s.width, r.h);
-    ctx.strokeStyle = "#e3e7ee";
     ctx.beginPath();
     ctx.moveTo(0, y + r.h - 0.5);
     ctx.lineTo(s.width, y + r.h - 0.5);
@@ -121,120 +93,32 @@ export function drawAll(s: DrawState, arrows: [number, number, number, number][]
     const arrow = r.type === "group" ? (r.open ? "▾ " : "▸ ") : "";
     ctx.fillText(arrow + r.label, 6 + r.level * 14, y + 15, GUTTER - 12 - r.level * 14);
   }
-  const tile = s.tile;
   ctx.beginPath();
   ctx.rect(GUTTER, RULER, s.width - GUTTER, s.height - RULER);
   ctx.clip();
-  if (tile) {
-    const layoutOf = tile.rows.map((id) => rowIndex.get(id) ?? null);
-    const colNs = ((tile.t1 - tile.t0) / tile.width) * tile.binSpan;
-    const pxPerNs = (s.width - GUTTER) / (s.t1 - s.t0);
-    // merged columns: height and colour from the fraction of the column busy
-    // one path per busyness level: 16 fills, whatever the number of columns
-    const levels = Array.from({ length: BUSY_LEVELS }, () => new Path2D());
-    const w = Math.max(1, colNs * pxPerNs);
-    for (let i = 0; i < tile.binCol.length; i++) {
-      const r = layoutOf[tile.binRow[i]!];
-      if (!r) continue;
-      const lane = r.type === "group" ? 0 : Math.min(tile.binDepth[i]!, MAX_LANES - 1);
-      const busy = Math.min(1, tile.binBusy[i]! / colNs);
-      const x = xOf(s, tile.t0 + (tile.binCol[i]! * (tile.t1 - tile.t0)) / tile.width);
-      if (x + w < GUTTER || x > s.width) continue;
-      const top = r.y - s.scrollY + RULER + 2 + lane * LANE;
-      if (top > s.height || top + LANE < RULER) continue;
-      const hh = Math.max(2, (LANE - 3) * busy);
-      levels[Math.min(BUSY_LEVELS - 1, Math.floor(busy * BUSY_LEVELS))]!.rect(x, top + (LANE - 3 - hh), w, hh);
-    }
-    levels.forEach((path, k) => {
-      ctx.fillStyle = BUSY_COLORS[k]!;
-      ctx.fill(path);
-    });
-    // events as they are
-    const needle = s.search.toLowerCase();
-    const match = tile.names.map((n) => needle !== "" && n.toLowerCase().includes(needle));
-    const colors: (string | undefined)[] = new Array<string | undefined>(tile.names.length);
-    for (let i = 0; i < tile.ts.length; i++) {
-      const r = layoutOf[tile.row[i]!];
-      if (!r) continue;
-      const x0 = Math.max(GUTTER - 2, xOf(s, tile.ts[i]!));
-      const x1 = Math.min(s.width + 2, xOf(s, tile.ts[i]! + tile.dur[i]!));
-      if (x1 < GUTTER || x0 > s.width) continue;
-      const lane = r.type === "group" ? 0 : Math.min(tile.depth[i]!, MAX_LANES - 1);
-      const top = r.y - s.scrollY + RULER + 2 + lane * LANE;
-      const top0 = r.y - s.scrollY + RULER;
-      if (top0 > s.height || top0 + r.h < RULER) continue;
-      const ni = tile.name[i]!;
-      let color = colors[ni];
-      if (color === undefined) color = colors[ni] = nameColor(tile.names[ni]!, tile.kinds[tile.kind[i]!]!);
-      ctx.globalAlpha = needle === "" || match[ni] ? 1 : 0.25;
-      ctx.fillStyle = color;
-      const w = Math.max(1, x1 - x0);
-      ctx.fillRect(x0, top, w, LANE - 3);
-      if (match[tile.name[i]!]) {
-        ctx.strokeStyle = "#f5c400";
-        ctx.lineWidth = 2;
-        ctx.strokeRect(x0, top, w, LANE - 3);
-        ctx.lineWidth = 1;
-      }
-      if (tile.id[i] === s.selectedId) {
-        ctx.strokeStyle = "#111";
-        ctx.lineWidth = 2;
-        ctx.strokeRect(x0 - 1, top - 1, w + 2, LANE - 1);
-        ctx.lineWidth = 1;
-      }
-      if (w > 40) {
-        ctx.fillStyle = "#111";
-        ctx.fillText(tile.names[ni]!, x0 + 3, top + 10, w - 6);
-      }
-    }
-    ctx.globalAlpha = 1;
-    // sample rows: a line 0-100 (or 0-max) over the row
-    const byRow = new Map<number, number[]>();
-    for (let i = 0; i < tile.sTs.length; i++) {
-      const k = tile.sRow[i]!;
-      const list = byRow.get(k) ?? [];
-      list.push(i);
-      byRow.set(k, list);
-    }
-    for (const [k, idx] of byRow) {
-      const r = layoutOf[k];
-      if (!r) continue;
-      const top = r.y - s.scrollY + RULER + 2;
-      const hh = r.h - 5;
-      let max = 100;
-      for (const i of idx) max = Math.max(max, tile.sVal[i]!);
-      ctx.fillStyle = "rgba(46, 125, 50, 0.25)";
-      ctx.strokeStyle = "#2e7d32";
-      ctx.beginPath();
-      // a sample holds until the next one: steps, carried to the window's end
-      const yOf = (v: number): number => top + hh - (hh * v) / max;
-      const first = Math.max(GUTTER, xOf(s, tile.sTs[idx[0]!]!));
-      ctx.moveTo(first, top + hh);
-      let prev = top + hh;
-      for (const i of idx) {
-        const x = Math.max(GUTTER, xOf(s, tile.sTs[i]!));
-        ctx.lineTo(x, prev);
-        prev = yOf(tile.sVal[i]!);
-        ctx.lineTo(x, prev);
-      }
-      ctx.lineTo(s.width, prev);
-      ctx.lineTo(s.width, top + hh);
-      ctx.fill();
-      ctx.stroke();
-    }
+  paintTile();
+  if (selected) {
+    ctx.strokeStyle = "#111";
+    ctx.lineWidth = 2;
+    ctx.strokeRect(selected.x - 1, selected.y - 1, selected.w + 2, selected.h + 2);
+    ctx.lineWidth = 1;
   }
-  // launch → kernel arrows: [x0, y0, x1, y1] in canvas px
+  // launch → kernel arrows; an end hidden in a closed group goes to the group's line, dashed
   ctx.strokeStyle = "#c62828";
   ctx.fillStyle = "#c62828";
-  for (const [x0, y0, x1, y1] of arrows) {
+  for (const a of arrows) {
+    const bow = Math.abs(a.y1 - a.y0) < 12 ? -14 : 0; // both ends on one line: an arc above it
+    const mid = (a.y0 + a.y1) / 2 + bow;
+    ctx.setLineDash(a.dashed ? [4, 3] : []);
     ctx.beginPath();
-    ctx.moveTo(x0, y0);
-    ctx.bezierCurveTo(x0, (y0 + y1) / 2, x1, (y0 + y1) / 2, x1, y1);
+    ctx.moveTo(a.x0, a.y0);
+    ctx.bezierCurveTo(a.x0, mid, a.x1, mid, a.x1, a.y1);
     ctx.stroke();
+    ctx.setLineDash([]);
     ctx.beginPath();
-    ctx.moveTo(x1, y1);
-    ctx.lineTo(x1 - 4, y1 - 7);
-    ctx.lineTo(x1 + 4, y1 - 7);
+    ctx.moveTo(a.x1, a.y1);
+    ctx.lineTo(a.x1 - 4, a.y1 - 7);
+    ctx.lineTo(a.x1 + 4, a.y1 - 7);
     ctx.fill();
   }
   ctx.restore();

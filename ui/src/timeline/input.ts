@@ -1,7 +1,7 @@
 // Mouse and keyboard on the timeline canvas: wheel zooms around the pointer (horizontal wheel pans,
 // shift+wheel scrolls the rows), drag pans time and rows, a click without a drag selects or
 // toggles, W/S zoom, A/D pan, F fits the selection.
-import { GUTTER } from "./draw";
+import { GUTTER } from "./geometry";
 
 export interface InputControl {
   view(): { t0: number; t1: number; scrollY: number };
@@ -11,6 +11,8 @@ export interface InputControl {
   pan(fraction: number): void;
   fit(): void;
   click(x: number, y: number): void;
+  /** the pointer over the canvas, no button down */
+  hover(x: number, y: number): void;
 }
 
 export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void {
@@ -19,6 +21,9 @@ export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void
     const v = ctl.view();
     drag = { x: e.offsetX, y: e.offsetY, t0: v.t0, t1: v.t1, sy: v.scrollY, moved: false };
     canvas.focus();
+  });
+  canvas.addEventListener("mousemove", (e) => {
+    if (!drag) ctl.hover(e.offsetX, e.offsetY);
   });
   window.addEventListener("mousemove", (e) => {
     if (!drag) return;

@@ -1,7 +1,7 @@
 // Rows of the tree as drawn: each open group's children below it, heights from what a row holds
 // (nesting levels of events, a sample track, a group line), and which rows a tile must carry.
 import type { TlRow } from "./data";
-import { GROUP_H, LANE, type Layout, MAX_LANES, SAMPLE_H } from "./draw";
+import { eventRowHeight, GROUP_H, type Layout, SAMPLE_H } from "./geometry";
 
 /** device rows drawn on a closed group's line, at most */
 export const SUMMARY_ROWS = 32;
@@ -16,8 +16,8 @@ export function buildLayout(root: TlRow, open: Set<string>): Layout[] {
   let y = 0;
   const walk = (row: TlRow, level: number): void => {
     const isOpen = open.has(row.id);
-    const lanes = row.type === "events" ? Math.min(MAX_LANES, Math.max(1, row.depths ?? 1)) : 1;
-    const hh = row.type === "group" ? GROUP_H : row.type === "samples" ? SAMPLE_H : lanes * LANE + 4;
+    const lanes = row.type === "events" ? Math.max(1, row.depths ?? 1) : 1; // every nesting level
+    const hh = row.type === "group" ? GROUP_H : row.type === "samples" ? SAMPLE_H : eventRowHeight(lanes);
     const entry: Layout = { id: row.id, label: row.label, type: row.type, level, y, h: hh, open: isOpen, lanes };
     // a closed node or GPU draws its streams flattened on its line: never a blank page
     if (row.type === "group" && !isOpen && row.id !== "job") entry.summary = devices(row).slice(0, SUMMARY_ROWS);
@@ -27,6 +27,30 @@ export function buildLayout(root: TlRow, open: Set<string>): Layout[] {
   };
   walk(root, 0);
   return out;
+}
+
+/** The parent of every row of the tree, for the nearest row shown of a hidden one. */
+export function parents(root: TlRow): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (row: TlRow): void => {
+    for (const c of row.children ?? []) {
+      out.set(c.id, row.id);
+      walk(c);
+    }
+  };
+  walk(root);
+  return out;
+}
+
+/** The row drawn for `id`: itself when shown, else its nearest shown ancestor (a closed group). */
+export function shownRow(layout: Map<string, Layout>, parentOf: Map<string, string>, id: string): Layout | null {
+  let at: string | undefined = id;
+  while (at !== undefined) {
+    const r = layout.get(at);
+    if (r) return r;
+    at = parentOf.get(at);
+  }
+  return null;
 }
 
 /** The rows a tile carries: those in view and a screenful around, closed groups by their streams. */

@@ -13,6 +13,7 @@ export function renderDetails(
   rel: (ts: string) => number,
   onTab: (tab: Tab) => void,
   onJump: (to: TlEventRef) => void,
+  instants = 0,
 ): void {
   const button = (id: Tab, label: string): HTMLElement =>
     h("button", { type: "button", id: `tl-tab-${id}`, class: tab === id ? "active" : "", onclick: () => onTab(id) }, label);
@@ -27,6 +28,8 @@ export function renderDetails(
       ["duration", fmtDuration(Number(f.dur_ns ?? 0))],
       ["row", d.row ?? ""],
     ];
+    // an instant mark stands for every instant of its row in its pixel column
+    if (instants > 1) lines.splice(2, 0, ["instants here", `${instants.toLocaleString()} in this pixel column (the first shown)`]);
     for (const [k, v] of Object.entries(f)) {
       if (["name", "kind", "ts_ns", "dur_ns"].includes(k)) continue;
       lines.push([k, typeof v === "object" ? JSON.stringify(v) : String(v)]);

@@ -1,7 +1,8 @@
 // The timeline page's state: one object, exposed as window.__hyperscope.timeline.state so that
 // tests and the benchmark read what is drawn.
 import type { TlDetails, TlEventRef, TlFlow, TlRows, Tile } from "./data";
-import type { Layout } from "./draw";
+import type { Arrow } from "./draw";
+import type { Layout } from "./geometry";
 
 export interface TimelineState {
   profile: string | null;
@@ -18,6 +19,8 @@ export interface TimelineState {
   tiles: number;
   loading: boolean;
   selected: TlDetails | null;
+  /** the selection came from an instant mark: how many instants its pixel column holds (else 0) */
+  selectedInstants: number;
   search: string;
   matches: TlEventRef[];
   matchTotal: number;
@@ -28,6 +31,11 @@ export interface TimelineState {
   lastRequest: { rows: string[]; t0_ns: string; t1_ns: string; width: number } | null;
   /** ms of the last frames drawn (at most 200), for the benchmark */
   drawMs: number[];
+  /** launch → kernel arrows of the last frame (canvas px), for tests */
+  arrows: Arrow[];
+  /** when set (by the benchmark), every frame: its ms, whether the tile's layer was copied ("copy"),
+   * drawn ("draw") or drawn in part ("slice"), the view, and the events and merged events in it */
+  frameLog: { ms: number; kind: string; t0: number; t1: number; events: number; merged: number }[] | null;
 }
 
 export const state: TimelineState = {
@@ -44,6 +52,7 @@ export const state: TimelineState = {
   tiles: 0,
   loading: false,
   selected: null,
+  selectedInstants: 0,
   search: "",
   matches: [],
   matchTotal: 0,
@@ -52,5 +61,7 @@ export const state: TimelineState = {
   flows: [],
   lastRequest: null,
   drawMs: [],
+  arrows: [],
+  frameLog: null,
 };
 

@@ -6,11 +6,16 @@ import { showError } from "../errors";
 import { hooks } from "../hooks";
 import * as api from "./data";
 import type { TlEventRef, TlRow } from "./data";
-import { type Layout, drawAll, GUTTER, LANE, MAX_LANES, RULER, xOf } from "./draw";
+import { drawFrame, type DrawState, fmtDuration, type Rect, xOf } from "./draw";
+import { GUTTER, laneHeight, laneTop, type Layout, RULER } from "./geometry";
 import { installInput } from "./input";
-import { buildLayout, rowsInView } from "./layout";
+import { Layer, type LayerKey, prepare, type Prepared, visibleEvents } from "./layer";
+import { buildLayout, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
+import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt } from "./place";
 import { state } from "./state";
+
+const SLICE_MS = 8; // drawing a new layer: at most this much per frame, the previous one shown meanwhile
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -41,7 +46,6 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   );
   (hooks as unknown as { timeline: unknown }).timeline = {
     state,
-    toggle,
     openAll: () => {
       const walk = (r: TlRow): void => {
         if (r.type === "group") state.open.add(r.id);
@@ -53,15 +57,26 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       refetch();
     },
     select: (id: number) => void select(id),
+    toggle: (id: string, open?: boolean) => toggle(id, open),
     setView,
     rowY: (id: string) => {
       const r = state.layout.find((x) => x.id === id);
       return r ? r.y - state.scrollY + RULER : null;
     },
     xOf: (relNs: number) => xOf(drawState(), relNs),
+    laneTop,
+    laneHeight,
   };
   let abort: AbortController | null = null;
   let pending = 0;
+  let prepared: Prepared | null = null; // state.tile, ready to draw
+  let layer: Layer | null = null; // the last complete layer
+  let next: Layer | null = null; // the one being drawn, in slices
+  let layoutVersion = 0;
+  let shown = new Map<string, Layout>(); // rows shown, by id
+  let drawn = new Map<string, Layout>(); // and the device rows drawn on a closed group's line
+  let parentOf = new Map<string, string>();
+  let selIndex: [unknown, number | null, number] = [null, null, -1]; // tile, id → index in the tile
 
   function leafIds(): string[] {
     return rowsInView(state.layout, state.scrollY, canvas.clientHeight || 1000);
@@ -69,46 +84,71 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
 
   function relayout(): void {
     state.layout = state.rows ? buildLayout(state.rows.root, state.open) : [];
+    parentOf = state.rows ? parents(state.rows.root) : new Map();
+    shown = new Map(state.layout.map((r) => [r.id, r]));
+    drawn = new Map();
+    for (const r of state.layout) for (const id of r.summary ?? []) if (!drawn.has(id)) drawn.set(id, r);
+    for (const r of state.layout) drawn.set(r.id, r);
+    layoutVersion += 1;
   }
 
-  function drawState(): import("./draw").DrawState {
+  function drawState(): DrawState {
     const ctx = canvas.getContext("2d") as CanvasRenderingContext2D;
-    return {
-      ctx,
-      width: canvas.clientWidth,
-      height: canvas.clientHeight,
-      t0: state.t0,
-      t1: state.t1,
-      scrollY: state.scrollY,
-      rows: state.layout,
-      tile: state.tile,
-      selectedId: state.selected?.id ?? null,
-      search: state.search,
-      origin: state.origin.toString(),
-    };
+    const { t0, t1, scrollY } = state;
+    return { ctx, width: canvas.clientWidth, height: canvas.clientHeight, t0, t1, scrollY, rows: state.layout };
   }
 
-  function arrows(): [number, number, number, number][] {
-    const s = drawState();
-    const pairs: [TlEventRef | api.TlFlow["launch"], TlEventRef | api.TlFlow["kernel"]][] = [];
+  function frame(): Frame {
+    const s = { t0: state.t0, t1: state.t1, width: canvas.clientWidth };
+    return { xOf: (t) => xOf(s, t), scrollY: state.scrollY, drawn };
+  }
+
+  function arrows(f: Frame): import("./draw").Arrow[] {
+    const pairs: [End, End][] = [];
+    const end = (e: { row: string; ts_ns: string; depth: number }): End => ({ row: e.row, ts: rel(e.ts_ns), depth: e.depth });
     if (state.selected) {
       const launch = state.selected.links.find((l) => l.role === "launch");
       const kernel = state.selected.links.find((l) => l.role === "kernel");
       const self = selfRef();
-      if (self && launch) pairs.push([launch, self]);
-      if (self && kernel) pairs.push([self, kernel]);
+      if (self && launch) pairs.push([end(launch), end(self)]);
+      if (self && kernel) pairs.push([end(self), end(kernel)]);
     }
-    if (state.allArrows) for (const f of state.flows) pairs.push([f.launch, f.kernel]);
-    const out: [number, number, number, number][] = [];
-    for (const [a, b] of pairs) {
-      const ra = state.layout.find((r) => r.id === a.row);
-      const rb = state.layout.find((r) => r.id === b.row);
-      if (!ra || !rb) continue;
-      const ya = ra.y - state.scrollY + RULER + 2 + Math.min(a.depth, MAX_LANES - 1) * LANE + LANE - 3;
-      const yb = rb.y - state.scrollY + RULER + 2 + Math.min(b.depth, MAX_LANES - 1) * LANE;
-      out.push([xOf(s, rel(a.ts_ns)), ya, xOf(s, rel(b.ts_ns)), yb]);
+    if (state.allArrows) for (const fl of state.flows) pairs.push([end(fl.launch), end(fl.kernel)]);
+    return arrowsFor(f, shown, parentOf, pairs);
+  }
+
+  /** The tile's layer for this frame: copied when it fits the view, else drawn (in slices). */
+  function paintTile(ctx: CanvasRenderingContext2D, dpr: number): string {
+    if (!prepared) return "none";
+    const w = canvas.clientWidth - GUTTER;
+    const nsPerPx = (state.t1 - state.t0) / w;
+    const key: LayerKey = { prepared, layoutVersion, search: state.search, dpr, nsPerPx };
+    const need = { t0: state.t0, t1: state.t1, y0: state.scrollY, y1: state.scrollY + canvas.clientHeight - RULER };
+    let kind = "copy";
+    if (!layer || !layer.fits(key, need)) {
+      if (!next || !next.fits(key, need)) next = new Layer(key, drawn, need);
+      kind = "draw";
+      if (next.step(SLICE_MS)) [layer, next] = [next, null];
+      else (kind = "slice"), redraw();
     }
-    return out;
+    const l = layer;
+    if (!l || l.key.layoutVersion !== layoutVersion || l.key.dpr !== dpr) return kind;
+    // the layer at its place: exact device pixels at its own scale, stretched (a preview) at another
+    const scale = l.key.nsPerPx / nsPerPx;
+    const x = Math.round((GUTTER + (l.t0 - state.t0) / nsPerPx) * dpr) / dpr;
+    const y = Math.round((RULER + l.yTop - state.scrollY) * dpr) / dpr;
+    const same = Math.abs(scale - 1) < 1e-6;
+    ctx.imageSmoothingEnabled = !same;
+    ctx.drawImage(l.canvas, x, y, (l.canvas.width / dpr) * (same ? 1 : scale), l.canvas.height / dpr);
+    return kind;
+  }
+
+  function selectedRect(f: Frame): Rect | null {
+    const t = state.tile;
+    const id = state.selected?.id ?? null;
+    if (!t || id === null) return null;
+    if (selIndex[0] !== t || selIndex[1] !== id) selIndex = [t, id, t.id.indexOf(id)];
+    return selIndex[2] < 0 ? null : eventRect(f, t, selIndex[2]);
   }
 
   function selfRef(): TlEventRef | null {
@@ -136,14 +176,22 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const ctx = canvas.getContext("2d") as CanvasRenderingContext2D;
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     const started = performance.now();
-    drawAll(drawState(), arrows());
-    state.drawMs.push(performance.now() - started);
+    const f = frame();
+    let kind = "none";
+    state.arrows = arrows(f);
+    drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
+    const ms = performance.now() - started;
+    state.drawMs.push(ms);
     if (state.drawMs.length > 200) state.drawMs.shift();
+    if (state.frameLog) {
+      const seen = state.tile ? visibleEvents(state.tile, state.t0, state.t1) : { events: 0, merged: 0 };
+      state.frameLog.push({ ms, kind, t0: state.t0, t1: state.t1, ...seen });
+    }
   }
 
-  let frame = 0;
+  let raf = 0;
   function redraw(): void {
-    if (!frame) frame = requestAnimationFrame(() => ((frame = 0), draw()));
+    if (!raf) raf = requestAnimationFrame(() => ((raf = 0), draw()));
   }
 
   /** One tile for every visible leaf row over the view; the old tile is drawn meanwhile. */
@@ -153,6 +201,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     abort?.abort();
     if (ids.length === 0) {
       state.tile = null;
+      prepared = null;
       state.tiles += 1; // an empty tile: nothing expanded yet
       state.loading = false;
       status.textContent = "expand a node and a GPU to see its rows";
@@ -166,11 +215,13 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     try {
       const t = await api.getTile(state.profile, ids.slice(0, 256), state.t0, state.t1, width, state.origin, abort.signal);
       if (ticket !== pending) return;
+      prepared = prepare(t);
       state.tile = t;
       const rows = ids.slice(0, 256);
       state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width };
       state.tiles += 1;
-      status.textContent = `${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns, ${(t.bytes / 1024).toFixed(0)} KB`;
+      const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
+      status.textContent = `${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`;
       if (state.allArrows) {
         state.flows = (await api.getFlows(state.profile, ids, state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1)))).flows;
       }
@@ -247,10 +298,12 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     }
   }
 
-  async function select(id: number, jump = false, row?: string): Promise<void> {
+  /** Select an event (an instant mark: `instants`, how many its pixel column holds). */
+  async function select(id: number, jump = false, row?: string, instants = 0): Promise<void> {
     if (!state.profile) return;
     try {
       state.selected = await api.getEvent(state.profile, id, row);
+      state.selectedInstants = instants;
     } catch (err) {
       showError(err);
       return;
@@ -267,7 +320,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   }
 
   function showDetails(tab: "details" | "connections"): void {
-    if (state.selected) renderDetails(details, state.selected, tab, rel, showDetails, (l) => void select(l.id, true, l.row));
+    const d = state.selected;
+    if (d) renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
   }
 
   async function runSearch(): Promise<void> {
@@ -298,23 +352,29 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     void select(m.id, true, m.row);
   }
 
-  function hit(x: number, y: number): { row: Layout; event: number | null } | null {
+  /** The row at canvas y, and the event or instant mark under (x, y) (tile indices, -1: none). */
+  function hit(x: number, y: number): { row: Layout; event: number; mark: number } | null {
     const yy = y - RULER + state.scrollY;
     const row = state.layout.find((r) => yy >= r.y && yy < r.y + r.h);
     if (!row) return null;
     const t = state.tile;
-    if (!t || row.type !== "events" || x < GUTTER) return { row, event: null };
-    const k = t.rows.indexOf(row.id);
-    const lane = Math.floor((yy - row.y - 2) / LANE);
-    const s = drawState();
-    let best: number | null = null;
-    for (let i = 0; i < t.ts.length; i++) {
-      if (t.row[i] !== k || Math.min(t.depth[i]!, MAX_LANES - 1) !== lane) continue;
-      const x0 = xOf(s, t.ts[i]!);
-      const x1 = Math.max(x0 + 1, xOf(s, t.ts[i]! + t.dur[i]!));
-      if (x >= x0 - 2 && x <= x1 + 2) best = t.id[i]!;
+    if (!t || x < GUTTER) return { row, event: -1, mark: -1 };
+    const f = frame();
+    const mark = markAt(f, t, row, x, yy - row.y);
+    return { row, event: mark < 0 && row.type === "events" ? eventAt(f, t, row, x, yy - row.y) : -1, mark };
+  }
+
+  function hover(x: number, y: number): void {
+    const found = hit(x, y);
+    const t = state.tile;
+    let title = "";
+    if (found && t && found.mark >= 0) {
+      const n = t.mCount[found.mark]!;
+      title = `${t.names[t.mName[found.mark]!]} · instant${n > 1 ? ` (${n.toLocaleString()} in this pixel column)` : ""}`;
+    } else if (found && t && found.event >= 0) {
+      title = `${t.names[t.name[found.event]!]} · ${fmtDuration(t.dur[found.event]!)}`;
     }
-    return { row, event: best };
+    if (canvas.title !== title) canvas.title = title;
   }
 
   installInput(canvas, {
@@ -328,11 +388,14 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     zoom,
     pan,
     fit,
+    hover,
     click: (x: number, y: number) => {
       const found = hit(x, y);
+      const t = state.tile;
       if (!found) return;
-      if (found.row.type === "group") toggle(found.row.id);
-      else if (found.event !== null) void select(found.event, false, found.row.id);
+      if (t && found.mark >= 0) void select(t.mId[found.mark]!, false, t.rows[t.mRow[found.mark]!], t.mCount[found.mark]!);
+      else if (found.row.type === "group") toggle(found.row.id);
+      else if (t && found.event >= 0) void select(t.id[found.event]!, false, found.row.id);
     },
   });
   searchBox.addEventListener("keydown", (e) => {

@@ -1,0 +1,180 @@
+"""The timeline's rows in Debian's chromium against the real ``hyperscope ui``, on a small Kineto-like
+trace written here: a host thread nested 32 levels deep (every level shown, the deepest one
+clickable at its own lane), a launch → kernel arrow that goes to a closed GPU group's line when its
+rows are hidden, and instants drawn as marks (hover and click show them)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hyperscope import Store
+from tests.ui.conftest import screenshot
+from tests.ui.pages import TIMEOUT_MS
+from tests.ui.test_timeline import TL, Served, _serve, child_ids, click_row, open_timeline, state, wait_tile
+
+pytestmark = pytest.mark.browser
+
+NEST = 30  # python functions nested under the step: levels 1..30; the launch is at 31
+HOST = 1000  # pid = tid of the host thread
+STREAM = 7
+
+
+def _trace(path: Path) -> None:
+    """One rank: a step, 30 nested python functions, a launch in the deepest and its kernel, and
+    instants on the host thread (``marker_b`` three times within a microsecond)."""
+
+    def x(cat: str, name: str, ts: float, dur: float, pid: int, tid: int, **args: Any) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    def instant(name: str, ts: float) -> dict[str, Any]:
+        return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": name, "pid": HOST, "tid": HOST, "ts": ts}
+
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "ts": 0, "pid": HOST, "tid": 0, "args": {"name": "python"}},
+        {"name": "thread_name", "ph": "M", "ts": 0, "pid": HOST, "tid": HOST, "args": {"name": "thread 0"}},
+        {"name": "process_labels", "ph": "M", "ts": 0, "pid": 0, "tid": 0, "args": {"labels": "GPU 0"}},
+        x("user_annotation", "ProfilerStep#0", 1000, 5000, HOST, HOST),
+    ]
+    for k in range(NEST):
+        events.append(x("python_function", f"py_level_{k + 1}", 1100 + 10 * k, 4000 - 20 * k, HOST, HOST))
+    events += [
+        x("cuda_runtime", "cudaLaunchKernel", 2000, 40, HOST, HOST, correlation=1),
+        {"ph": "s", "id": 1, "pid": HOST, "tid": HOST, "ts": 2000, "cat": "ac2g", "name": "ac2g"},
+        x("kernel", "deep_kernel", 2100, 600, 0, STREAM, device=0, stream=STREAM, correlation=1),
+        {"ph": "f", "id": 1, "pid": 0, "tid": STREAM, "ts": 2100, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        instant("marker_a", 1500),
+        instant("marker_b", 3000),
+        instant("marker_b", 3000.2),
+        instant("marker_b", 3000.4),
+        instant("marker_a", 4500),
+    ]
+    header = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_045_870_592}],
+        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+        "host_name": "node-a",
+        "traceEvents": events,
+    }
+    path.write_text(json.dumps(header))
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("tl-ui-deep")
+    trace = root / "rank0.pt.trace.json"
+    _trace(trace)
+    with Store(root / "home") as store:
+        store.import_traces([trace], "deep-nesting")
+    yield from _serve(root / "home", "deep-nesting")
+
+
+def geometry(pg: Any, row: str, depth: int) -> dict[str, float]:
+    """Where the page draws nesting level ``depth`` of ``row``: canvas y of the lane's top, height."""
+    return dict(pg.evaluate(f"([r, d]) => ({{ top: {TL}.rowY(r) + {TL}.laneTop(d), h: {TL}.laneHeight(d) }})", [row, depth]))
+
+
+def find(pg: Any, name: str) -> dict[str, Any]:
+    """The first event of the shown tile called ``name``: id, depth, row, x of its middle."""
+    got = pg.evaluate(
+        f"""(n) => {{ const t = {TL}.state.tile, k = t.names.indexOf(n);
+            for (let i = 0; i < t.ts.length; i++) if (t.name[i] === k)
+              return {{ id: t.id[i], depth: t.depth[i], row: t.rows[t.row[i]],
+                        x: {TL}.xOf(t.ts[i] + Math.min(t.dur[i] / 2, 300)) }};
+            return null; }}""",
+        name,
+    )
+    assert got is not None, f"{name} is not in the tile"
+    return dict(got)
+
+
+def pixel(pg: Any, x: float, y: float) -> list[int]:
+    """The canvas's colour at css px (x, y)."""
+    return list(
+        pg.evaluate(
+            """([x, y]) => { const c = document.getElementById('tl-canvas'), d = window.devicePixelRatio || 1;
+               return Array.from(c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1).data); }""",
+            [x, y],
+        )
+    )
+
+
+def open_gpu(pg: Any) -> tuple[str, str, str]:
+    node = child_ids(pg, "job")[0]
+    click_row(pg, node)
+    gpu = next(i for i in child_ids(pg, node) if i.startswith("gpu/"))
+    click_row(pg, gpu)
+    kids = child_ids(pg, gpu)
+    host = next(i for i in kids if i.startswith("host/"))
+    stream = next(i for i in kids if i.startswith("stream/"))
+    return gpu, host, stream
+
+
+def click_event(pg: Any, ev: dict[str, Any]) -> None:
+    g = geometry(pg, ev["row"], ev["depth"])
+    box = pg.locator("#tl-canvas").bounding_box()
+    assert pixel(pg, ev["x"], g["top"] + g["h"] / 2)[:3] not in ([255, 255, 255], [238, 241, 246])  # drawn
+    pg.mouse.click(box["x"] + ev["x"], box["y"] + g["top"] + g["h"] / 2)
+    pg.wait_for_function(f"(id) => {TL}.state.selected && {TL}.state.selected.id === id", arg=ev["id"])
+
+
+def test_every_level_shown_and_clickable(page: Any, deep: Served) -> None:
+    open_timeline(page, deep)
+    gpu, host, _ = open_gpu(page)
+    row = state(page, f"s.layout.find(r => r.id === {json.dumps(host)})")
+    assert row["lanes"] == NEST + 2  # the step, 30 functions, the launch: none folded into another
+    deepest = find(page, f"py_level_{NEST}")
+    assert deepest["depth"] == NEST
+    launch = find(page, "cudaLaunchKernel")
+    assert launch["depth"] == NEST + 1
+    # deeper lanes are thinner, and the row holds them all
+    assert geometry(page, host, NEST)["h"] < geometry(page, host, 0)["h"]
+    bottom = geometry(page, host, NEST + 1)
+    assert bottom["top"] + bottom["h"] <= state(page, f"{TL}.rowY({json.dumps(host)}) + {row['h']}")
+    screenshot(page, "timeline-deep-rows")
+    for ev in (deepest, launch, find(page, f"py_level_{NEST - 1}")):
+        click_event(page, ev)
+        assert state(page, "s.selected.fields.name") in page.inner_text("#tl-details")
+    assert state(page, "s.selected.fields.name") == f"py_level_{NEST - 1}"
+
+
+def test_arrow_into_closed_group(page: Any, deep: Served) -> None:
+    open_timeline(page, deep)
+    gpu, host, stream = open_gpu(page)
+    kernel = find(page, "deep_kernel")
+    click_event(page, kernel)
+    page.wait_for_function(f"() => {TL}.state.arrows.length === 1")
+    a = state(page, "s.arrows[0]")
+    launch = geometry(page, host, NEST + 1)
+    k = geometry(page, stream, kernel["depth"])
+    assert not a["dashed"]
+    assert a["y0"] == pytest.approx(launch["top"] + launch["h"]) and a["y1"] == pytest.approx(k["top"])
+    # close the GPU: both ends hidden, the arrow goes to the group's line at the events' times, dashed
+    before = state(page, "s.tiles")
+    page.evaluate(f"(id) => {TL}.toggle(id, false)", gpu)
+    wait_tile(page, before)
+    page.wait_for_timeout(100)
+    a = state(page, "s.arrows[0]")
+    line = state(page, f"{TL}.rowY({json.dumps(gpu)}) + 11")
+    assert a["dashed"] and a["y0"] == pytest.approx(line) and a["y1"] == pytest.approx(line)
+    assert a["x1"] == pytest.approx(page.evaluate(f"(t) => {TL}.xOf(t)", state(page, f"s.tile.ts[s.tile.id.indexOf({kernel['id']})]")))
+    screenshot(page, "timeline-arrow-closed-group")
+    # all arrows, nothing selected, the node closed too: the pair is drawn to the node's line
+    page.evaluate(f"() => {{ {TL}.state.selected = null; }}")
+    before = state(page, "s.tiles")
+    page.check("#tl-all-arrows")
+    wait_tile(page, before)
+    page.wait_for_function(f"() => {TL}.state.flows.length === 1", timeout=TIMEOUT_MS)
+    node = child_ids(page, "job")[0]
+    before = state(page, "s.tiles")
+    page.evaluate(f"(id) => {TL}.toggle(id, false)", node)
+    wait_tile(page, before)
+    page.wait_for_function(f"() => {TL}.state.flows.length === 1 && {TL}.state.arrows.length === 1", timeout=TIMEOUT_MS)
+    a = state(page, "s.arrows[0]")
+    line = state(page, f"{TL}.rowY({json.dumps(node)}) + 11")
+    assert a["dashed"] and a["y0"] == pytest.approx(line) and a["y1"] == pytest.approx(line)
+    screenshot(page, "timeline-arrows-closed-node")

@@ -1,0 +1,369 @@
+// A tile drawn once into an offscreen canvas at the view's scale, then copied with an offset on every
+// frame while the view pans: a pan frame costs one drawImage whatever the number of events. The
+// drawing itself is split into slices of a few milliseconds (a frame keeps showing the previous
+// layer meanwhile), and everything per event that does not depend on the view (colours, the
+// order by colour and by busyness, which names match the search) is computed once per tile.
+import type { Tile } from "./data";
+import { type Layout, FULL_LANES, laneHeight, laneOf, laneTop, MARK_H } from "./geometry";
+import { BUSY_COLORS, BUSY_LEVELS, nameColor } from "./colors";
+
+/** A tile with what drawing needs, computed when it arrives. */
+export interface Prepared {
+  tile: Tile;
+  colNs: number; // ns per merged column
+  palette: string[]; // one colour per (name, kind)
+  evColor: Uint32Array; // palette index per event
+  evOrder: Uint32Array; // events by colour: one fillStyle per colour
+  binLevel: Uint8Array; // busyness level per merged column
+  binOrder: Uint32Array; // merged columns by level
+  markColor: Uint32Array; // palette index per mark
+  markOrder: Uint32Array;
+  lowerNames: string[] | null; // for the search, once
+}
+
+/** Indices 0..n-1 ordered by `key` (a counting sort: keys are small integers). */
+function orderBy(key: ArrayLike<number>, keys: number): Uint32Array {
+  const start = new Uint32Array(keys + 1);
+  for (let i = 0; i < key.length; i++) start[key[i]! + 1]! += 1;
+  for (let k = 0; k < keys; k++) start[k + 1]! += start[k]!;
+  const out = new Uint32Array(key.length);
+  for (let i = 0; i < key.length; i++) out[start[key[i]!]!++] = i;
+  return out;
+}
+
+export function prepare(tile: Tile): Prepared {
+  const palette: string[] = [];
+  const seen = new Map<number, number>();
+  const colorOf = (name: number, kind: string, kindIndex: number): number => {
+    const key = name * 256 + kindIndex;
+    let c = seen.get(key);
+    if (c === undefined) {
+      c = palette.length;
+      palette.push(nameColor(tile.names[name]!, kind));
+      seen.set(key, c);
+    }
+    return c;
+  };
+  const evColor = new Uint32Array(tile.ts.length);
+  for (let i = 0; i < evColor.length; i++) evColor[i] = colorOf(tile.name[i]!, tile.kinds[tile.kind[i]!]!, tile.kind[i]!);
+  const markColor = new Uint32Array(tile.mTs.length);
+  for (let i = 0; i < markColor.length; i++) markColor[i] = colorOf(tile.mName[i]!, "instant", 255);
+  const colNs = ((tile.t1 - tile.t0) / tile.width) * tile.binSpan;
+  const binLevel = new Uint8Array(tile.binCol.length);
+  for (let i = 0; i < binLevel.length; i++) {
+    binLevel[i] = Math.min(BUSY_LEVELS - 1, Math.floor(Math.min(1, tile.binBusy[i]! / colNs) * BUSY_LEVELS));
+  }
+  return {
+    tile,
+    colNs,
+    palette,
+    evColor,
+    evOrder: orderBy(evColor, palette.length),
+    binLevel,
+    binOrder: orderBy(binLevel, BUSY_LEVELS),
+    markColor,
+    markOrder: orderBy(markColor, palette.length),
+    lowerNames: null,
+  };
+}
+
+/** Which names hold the search text (any case); null without a search. */
+export function matches(p: Prepared, search: string): Uint8Array | null {
+  if (search === "") return null;
+  p.lowerNames ??= p.tile.names.map((n) => n.toLowerCase());
+  const needle = search.toLowerCase();
+  return Uint8Array.from(p.lowerNames, (n) => (n.includes(needle) ? 1 : 0));
+}
+
+/** What a layer is drawn for, besides the part of time and rows it covers. */
+export interface LayerKey {
+  prepared: Prepared;
+  layoutVersion: number;
+  search: string;
+  dpr: number;
+  nsPerPx: number;
+}
+
+/** The view a layer must cover: time [t0, t1] at nsPerPx, layout rows [y0, y1]. */
+export interface Need {
+  t0: number;
+  t1: number;
+  y0: number;
+  y1: number;
+}
+
+const SLICE = 512; // items between two looks at the clock
+
+/** One tile drawn offscreen over a part of time and rows, in slices. */
+export class Layer {
+  readonly canvas: OffscreenCanvas;
+  readonly ctx: OffscreenCanvasRenderingContext2D;
+  readonly t0: number; // time at the layer's x = 0
+  readonly t1: number;
+  readonly yTop: number; // layout y at the layer's top
+  readonly w: number; // css px
+  readonly h: number;
+  done = false;
+  private phase = 0;
+  private at = 0;
+  private readonly rowOf: (Layout | null)[];
+  private readonly match: Uint8Array | null;
+
+  constructor(
+    readonly key: LayerKey,
+    rows: Map<string, Layout>,
+    need: Need,
+  ) {
+    const tile = key.prepared.tile;
+    const span = need.t1 - need.t0;
+    this.t0 = Math.max(tile.t0, need.t0 - span / 2);
+    this.t1 = Math.max(this.t0, Math.min(tile.t1, need.t1 + span / 2));
+    const rowsH = need.y1 - need.y0;
+    this.yTop = Math.max(0, need.y0 - rowsH / 2);
+    this.w = Math.min(Math.ceil((this.t1 - this.t0) / key.nsPerPx) + 4, Math.floor(8192 / key.dpr));
+    this.h = Math.min(Math.ceil(2 * rowsH) + 4, Math.floor(8192 / key.dpr));
+    this.canvas = new OffscreenCanvas(Math.max(1, Math.ceil(this.w * key.dpr)), Math.max(1, Math.ceil(this.h * key.dpr)));
+    this.ctx = this.canvas.getContext("2d") as OffscreenCanvasRenderingContext2D;
+    this.ctx.scale(key.dpr, key.dpr);
+    this.ctx.font = "11px system-ui, sans-serif";
+    this.rowOf = tile.rows.map((id) => rows.get(id) ?? null);
+    this.match = matches(key.prepared, key.search);
+  }
+
+  /** Whether this layer, as drawn, serves a view (the same tile, rows and scale; the part in view). */
+  fits(key: LayerKey, need: Need): boolean {
+    const k = this.key;
+    if (k.prepared !== key.prepared || k.layoutVersion !== key.layoutVersion || k.search !== key.search || k.dpr !== key.dpr) return false;
+    if (Math.abs(k.nsPerPx - key.nsPerPx) > k.nsPerPx * 1e-6) return false;
+    if (need.y0 < this.yTop || need.y1 > this.yTop + this.h) return false;
+    const tile = k.prepared.tile;
+    const a = Math.max(tile.t0, need.t0);
+    const b = Math.min(tile.t1, need.t1);
+    return b <= a || (a >= this.t0 - k.nsPerPx && b <= this.t1 + k.nsPerPx);
+  }
+
+  private x(t: number): number {
+    return (t - this.t0) / this.key.nsPerPx;
+  }
+
+  /** Draw for up to `budgetMs`; true once the layer is complete. */
+  step(budgetMs: number): boolean {
+    const until = performance.now() + budgetMs;
+    const phases = [this.bins, this.events, this.labels, this.outlines, this.samples, this.marks];
+    while (this.phase < phases.length) {
+      const n = phases[this.phase]!.call(this, until);
+      if (n < 0) return false; // out of time: go on at the next frame
+      this.phase += 1;
+      this.at = 0;
+    }
+    this.done = true;
+    return true;
+  }
+
+  /** merged columns: height and colour from the fraction of the column busy */
+  private bins(until: number): number {
+    const { ctx } = this;
+    const p = this.key.prepared;
+    const t = p.tile;
+    const colW = Math.max(1, p.colNs / this.key.nsPerPx);
+    const colT = (t.t1 - t.t0) / t.width;
+    let level = -1;
+    for (; this.at < p.binOrder.length; this.at++) {
+      if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
+      const i = p.binOrder[this.at]!;
+      const r = this.rowOf[t.binRow[i]!];
+      if (!r) continue;
+      const x = this.x(t.t0 + t.binCol[i]! * colT);
+      if (x + colW < 0 || x > this.w) continue;
+      const lane = laneOf(r, t.binDepth[i]!);
+      const top = r.y - this.yTop + laneTop(lane);
+      const lh = laneHeight(lane);
+      if (top > this.h || top + lh < 0) continue;
+      if (p.binLevel[i] !== level) {
+        level = p.binLevel[i]!;
+        ctx.fillStyle = BUSY_COLORS[level]!;
+      }
+      const hh = Math.max(lh > 6 ? 2 : 1, lh * Math.min(1, t.binBusy[i]! / p.colNs));
+      ctx.fillRect(x, top + lh - hh, colW, hh);
+    }
+    return 0;
+  }
+
+  /** events as they are, one fillStyle per colour; faded when a search matches other names */
+  private events(until: number): number {
+    const { ctx } = this;
+    const p = this.key.prepared;
+    const t = p.tile;
+    let color = -1;
+    for (; this.at < p.evOrder.length; this.at++) {
+      if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
+      const i = p.evOrder[this.at]!;
+      const r = this.rowOf[t.row[i]!];
+      if (!r) continue;
+      const x0 = Math.max(-2, this.x(t.ts[i]!));
+      const x1 = Math.min(this.w + 2, this.x(t.ts[i]! + t.dur[i]!));
+      if (x1 < 0 || x0 > this.w) continue;
+      const lane = laneOf(r, t.depth[i]!);
+      const top = r.y - this.yTop + laneTop(lane);
+      const lh = laneHeight(lane);
+      if (top > this.h || top + lh < 0) continue;
+      if (p.evColor[i] !== color) {
+        color = p.evColor[i]!;
+        ctx.fillStyle = p.palette[color]!;
+        ctx.globalAlpha = this.match === null || this.match[t.name[i]!] ? 1 : 0.25;
+      }
+      ctx.fillRect(x0, top, Math.max(1, x1 - x0), lh);
+    }
+    ctx.globalAlpha = 1;
+    return 0;
+  }
+
+  /** names of events wide enough to hold some of it, on the full-height lanes */
+  private labels(until: number): number {
+    const { ctx } = this;
+    const t = this.key.prepared.tile;
+    const minNs = 40 * this.key.nsPerPx;
+    ctx.fillStyle = "#111";
+    for (; this.at < t.ts.length; this.at++) {
+      if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
+      const i = this.at;
+      if (t.dur[i]! <= minNs) continue;
+      const r = this.rowOf[t.row[i]!];
+      if (!r) continue;
+      const lane = laneOf(r, t.depth[i]!);
+      if (lane >= FULL_LANES) continue;
+      const x0 = Math.max(-2, this.x(t.ts[i]!));
+      const x1 = Math.min(this.w + 2, this.x(t.ts[i]! + t.dur[i]!));
+      if (x1 - x0 <= 40 || x1 < 0 || x0 > this.w) continue;
+      const top = r.y - this.yTop + laneTop(lane);
+      if (top > this.h || top + 16 < 0) continue;
+      ctx.fillText(t.names[t.name[i]!]!, x0 + 3, top + 10, x1 - x0 - 6);
+    }
+    return 0;
+  }
+
+  /** search matches outlined */
+  private outlines(until: number): number {
+    if (!this.match) return 0;
+    const { ctx } = this;
+    const t = this.key.prepared.tile;
+    ctx.strokeStyle = "#f5c400";
+    ctx.lineWidth = 2;
+    for (; this.at < t.ts.length; this.at++) {
+      if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
+      const i = this.at;
+      if (!this.match[t.name[i]!]) continue;
+      const r = this.rowOf[t.row[i]!];
+      if (!r) continue;
+      const x0 = Math.max(-2, this.x(t.ts[i]!));
+      const x1 = Math.min(this.w + 2, this.x(t.ts[i]! + t.dur[i]!));
+      if (x1 < 0 || x0 > this.w) continue;
+      const lane = laneOf(r, t.depth[i]!);
+      ctx.strokeRect(x0, r.y - this.yTop + laneTop(lane), Math.max(1, x1 - x0), laneHeight(lane));
+    }
+    ctx.lineWidth = 1;
+    return 0;
+  }
+
+  /** sample rows: a sample holds until the next one, as steps over the row (0-100, or 0-max) */
+  private samples(): number {
+    const { ctx } = this;
+    const t = this.key.prepared.tile;
+    if (t.sTs.length === 0) return 0;
+    const byRow = new Map<number, number[]>();
+    for (let i = 0; i < t.sTs.length; i++) {
+      const list = byRow.get(t.sRow[i]!);
+      if (list) list.push(i);
+      else byRow.set(t.sRow[i]!, [i]);
+    }
+    ctx.fillStyle = "rgba(46, 125, 50, 0.25)";
+    ctx.strokeStyle = "#2e7d32";
+    for (const [k, idx] of byRow) {
+      const r = this.rowOf[k];
+      if (!r) continue;
+      const top = r.y - this.yTop + 2;
+      const hh = r.h - 5;
+      if (top > this.h || top + hh < 0) continue;
+      let max = 100;
+      for (const i of idx) max = Math.max(max, t.sVal[i]!);
+      const yOf = (v: number): number => top + hh - (hh * v) / max;
+      ctx.beginPath();
+      ctx.moveTo(Math.max(0, this.x(t.sTs[idx[0]!]!)), top + hh);
+      let prev = top + hh;
+      for (const i of idx) {
+        const x = Math.max(0, this.x(t.sTs[i]!));
+        ctx.lineTo(x, prev);
+        prev = yOf(t.sVal[i]!);
+        ctx.lineTo(x, prev);
+      }
+      const end = Math.min(this.w, this.x(t.t1));
+      ctx.lineTo(end, prev);
+      ctx.lineTo(end, top + hh);
+      ctx.fill();
+      ctx.stroke();
+    }
+    return 0;
+  }
+
+  /** instants: a downward triangle at the top of the row; several in a column: larger, outlined */
+  private marks(): number {
+    const { ctx } = this;
+    const p = this.key.prepared;
+    const t = p.tile;
+    if (t.mTs.length === 0) return 0;
+    const dense = new Path2D();
+    const found = new Path2D();
+    let color = -1;
+    let path = new Path2D();
+    const flush = (): void => {
+      if (color >= 0) {
+        ctx.fillStyle = p.palette[color]!;
+        ctx.fill(path);
+      }
+      path = new Path2D();
+    };
+    for (const i of p.markOrder) {
+      const r = this.rowOf[t.mRow[i]!];
+      if (!r) continue;
+      const x = this.x(t.mTs[i]!);
+      if (x < -6 || x > this.w + 6) continue;
+      const top = r.y - this.yTop + 1;
+      if (top > this.h || top + MARK_H < 0) continue;
+      if (p.markColor[i] !== color) {
+        flush();
+        color = p.markColor[i]!;
+      }
+      const half = t.mCount[i]! > 1 ? 5 : 3.5;
+      const hh = t.mCount[i]! > 1 ? MARK_H + 2 : MARK_H;
+      for (const into of [path, t.mCount[i]! > 1 ? dense : null, this.match?.[t.mName[i]!] ? found : null]) {
+        if (!into) continue;
+        into.moveTo(x - half, top);
+        into.lineTo(x + half, top);
+        into.lineTo(x, top + hh);
+        into.closePath();
+      }
+    }
+    flush();
+    ctx.strokeStyle = "#1f2937";
+    ctx.stroke(dense);
+    ctx.strokeStyle = "#f5c400";
+    ctx.lineWidth = 2;
+    ctx.stroke(found);
+    ctx.lineWidth = 1;
+    return 0;
+  }
+}
+
+/** Events and merged events in the time window [t0, t1): events overlapping it, plus the count of
+ * every merged column starting in it (what a frame shows, exposed for the benchmark). */
+export function visibleEvents(tile: Tile, t0: number, t1: number): { events: number; merged: number } {
+  let events = 0;
+  for (let i = 0; i < tile.ts.length; i++) if (tile.ts[i]! < t1 && tile.ts[i]! + tile.dur[i]! > t0) events++;
+  let merged = 0;
+  const colT = (tile.t1 - tile.t0) / tile.width;
+  for (let i = 0; i < tile.binCol.length; i++) {
+    const t = tile.t0 + tile.binCol[i]! * colT;
+    if (t < t1 && t + colT * tile.binSpan > t0) merged += tile.binCount[i]!;
+  }
+  return { events, merged };
+}

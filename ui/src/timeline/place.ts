@@ -1,0 +1,83 @@
+// Where an event of a tile, an instant mark or an arrow's end is on the canvas, and what is under the
+// pointer: the same lane geometry (geometry.ts) as the drawing, so a click always finds what is drawn.
+import type { Tile } from "./data";
+import type { Arrow, Rect } from "./draw";
+import { GROUP_H, type Layout, laneAt, laneHeight, laneOf, laneTop, MARK_H, RULER } from "./geometry";
+import { shownRow } from "./layout";
+
+/** What a frame maps: time to x (canvas px) and the rows by id. */
+export interface Frame {
+  xOf(t: number): number;
+  scrollY: number;
+  /** rows shown, and the device rows a closed group draws on its line */
+  drawn: Map<string, Layout>;
+}
+
+/** The selected event's outline, where the tile draws it. */
+export function eventRect(f: Frame, tile: Tile, i: number): Rect | null {
+  const r = f.drawn.get(tile.rows[tile.row[i]!]!);
+  if (!r) return null;
+  const lane = laneOf(r, tile.depth[i]!);
+  const x0 = f.xOf(tile.ts[i]!);
+  const x1 = Math.max(x0 + 1, f.xOf(tile.ts[i]! + tile.dur[i]!));
+  return { x: x0, y: r.y - f.scrollY + RULER + laneTop(lane), w: x1 - x0, h: laneHeight(lane) };
+}
+
+/** The event drawn at (x, y) in a row (`dy` px below its top), or -1. */
+export function eventAt(f: Frame, tile: Tile, row: Layout, x: number, dy: number): number {
+  const k = tile.rows.indexOf(row.id);
+  if (k < 0) return -1;
+  const lane = laneAt(dy);
+  if (lane < 0 || lane >= row.lanes || dy - laneTop(lane) > laneHeight(lane) + 1) return -1;
+  let best = -1;
+  for (let i = 0; i < tile.ts.length; i++) {
+    if (tile.row[i] !== k || laneOf(row, tile.depth[i]!) !== lane) continue;
+    const x0 = f.xOf(tile.ts[i]!);
+    const x1 = Math.max(x0 + 1, f.xOf(tile.ts[i]! + tile.dur[i]!));
+    if (x >= x0 - 2 && x <= x1 + 2) best = i;
+  }
+  return best;
+}
+
+/** The instant mark drawn at (x, y) in a row (`dy` px below its top), or -1: the nearest within 5 px. */
+export function markAt(f: Frame, tile: Tile, row: Layout, x: number, dy: number): number {
+  if (dy > MARK_H + 4 || tile.mTs.length === 0) return -1;
+  let best = -1;
+  let bestD = 6;
+  for (let i = 0; i < tile.mTs.length; i++) {
+    const r = f.drawn.get(tile.rows[tile.mRow[i]!]!);
+    if (r !== row) continue;
+    const d = Math.abs(f.xOf(tile.mTs[i]!) - x);
+    if (d < bestD) (best = i), (bestD = d);
+  }
+  return best;
+}
+
+/** One end of an arrow: an event on its row, or on the line of the closed group that hides it. */
+export interface End {
+  row: string;
+  ts: number; // relative to the origin
+  depth: number;
+}
+
+/** Launch → kernel arrows for `pairs`: to the event's lane where its row is shown, else to the
+ * nearest shown ancestor's line (a closed group), dashed. Pairs with an end nowhere are left out. */
+export function arrowsFor(f: Frame, shown: Map<string, Layout>, parentOf: Map<string, string>, pairs: [End, End][]): Arrow[] {
+  const out: Arrow[] = [];
+  const place = (e: End, bottom: boolean): { x: number; y: number; hidden: boolean } | null => {
+    const own = shown.get(e.row);
+    const r = own ?? shownRow(shown, parentOf, e.row);
+    if (!r) return null;
+    const top = r.y - f.scrollY + RULER;
+    if (!own || r.type === "group") return { x: f.xOf(e.ts), y: top + GROUP_H / 2, hidden: !own };
+    const lane = laneOf(r, e.depth);
+    return { x: f.xOf(e.ts), y: top + laneTop(lane) + (bottom ? laneHeight(lane) : 0), hidden: false };
+  };
+  for (const [a, b] of pairs) {
+    const pa = place(a, true);
+    const pb = place(b, false);
+    if (!pa || !pb) continue;
+    out.push({ x0: pa.x, y0: pa.y, x1: pb.x, y1: pb.y, dashed: pa.hidden || pb.hidden });
+  }
+  return out;
+}
