@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from hyperscope import timeline as tl
 from hyperscope.store.profile import Profile
-from hyperscope.timeline.index import HOST_KINDS, KINDS, ROW_BITS
+from hyperscope.timeline.index import HOST_KINDS, KINDS
 from hyperscope.timeline.tile import MAX_EVENTS, boundaries
 
 
@@ -27,10 +28,13 @@ class Ev:
 
 
 def brute_rows(profile: Profile) -> dict[str, list[Ev]]:
-    """Every drawable event per row, depth from an explicit stack: independent of the index."""
+    """Every drawable event per row, depth from an explicit stack: independent of the index. An
+    event's id is its row number over the part files in name order."""
     con = profile.connect()
     parts = sorted((profile.path / "events").glob("*.parquet"))
-    fid = {str(p): i for i, p in enumerate(parts)}
+    base = {
+        str(p): int(sum(pq.ParquetFile(q).metadata.num_rows for q in parts[:i])) for i, p in enumerate(parts)
+    }
     got = con.execute(
         "SELECT rank, pid, tid, device, stream, kind, coalesce(name, ''), ts_ns, "
         "greatest(coalesce(dur_ns, 0), 0), "
@@ -44,7 +48,7 @@ def brute_rows(profile: Profile) -> dict[str, list[Ev]]:
         else:
             dev = device if device is not None else pid
             rid = f"stream/{rank}/{dev}/{stream if stream is not None else tid}"
-        rows.setdefault(rid, []).append(Ev((fid[fn] << ROW_BITS) | rn, ts, dur, name, kind, 0))
+        rows.setdefault(rid, []).append(Ev(base[fn] + rn, ts, dur, name, kind, 0))
     for evs in rows.values():
         evs.sort(key=lambda e: (e.ts, -e.dur, e.id))
         lanes: list[int] = []  # first fit: the lowest lane whose last event has ended

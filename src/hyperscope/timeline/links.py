@@ -7,6 +7,7 @@ draws and the "connections" tab lists. Correlations restart in every process, he
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 from pathlib import Path
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 from hyperscope.errors import UsageError
 from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.profile import Profile
-from hyperscope.timeline.index import KINDS, ROW_BITS, Index, RowInfo
+from hyperscope.timeline.index import KINDS, Index, RowInfo
 
 LAUNCH_KINDS: Final = frozenset(KINDS.index(k) for k in ("runtime", "driver"))
 TARGET_KINDS: Final = frozenset(KINDS.index(k) for k in ("kernel", "memcpy", "memset"))
@@ -133,14 +134,16 @@ def _end(index: Index, i: int) -> dict[str, Any]:
 
 
 def event(profile: Profile, index: Index, event_id: int, row_id: str | None = None) -> dict[str, Any]:
-    """Every stored field of one event (``args`` merged in), with its row and links.
+    """Every stored field of one event or instant (``args`` merged in), with its row and links.
 
     ``row_id``, when the caller knows it (a click on a tile, a link), limits the search for the
     event's place in the index to that row: a row's events, not the profile's hundred million.
     """
-    part, row = event_id >> ROW_BITS, event_id & ((1 << ROW_BITS) - 1)
-    if event_id < 0 or part >= len(index.parts):
+    total = index.offsets[-1] if index.offsets else 0
+    if not 0 <= event_id < total:
         raise EventNotFound(f"event {event_id}: no such event in this profile")
+    part = bisect.bisect_right(index.offsets, event_id) - 1
+    row = event_id - index.offsets[part]
     path = Path(profile.path) / EVENTS_DIR / index.parts[part]
     f = pq.ParquetFile(path)
     for g in range(f.metadata.num_row_groups):
@@ -159,14 +162,16 @@ def event(profile: Profile, index: Index, event_id: int, row_id: str | None = No
                 fields[extra] = json.loads(text)
             except ValueError:
                 fields[extra] = text
-    info = index.by_id.get(row_id) if row_id is not None else None
-    lo, hi = (info.start, info.stop) if info is not None else (0, len(index.src))
-    where = np.flatnonzero(index.src[lo:hi] == event_id) + lo
-    if len(where) == 0 and info is not None:  # a wrong row: look everywhere
-        where = np.flatnonzero(index.src == event_id)
     out: dict[str, Any] = {"id": event_id, "fields": fields, "row": None, "links": []}
-    if len(where):
-        i = int(where[0])
+    info = index.by_id.get(row_id) if row_id is not None else None
+    if fields.get("ph") in ("i", "I"):
+        j = _find(index.m_src, event_id, (info.m_start, info.m_stop) if info is not None else None)
+        if j is not None:
+            out["row"] = next(r.id for r in index.rows if r.m_start <= j < r.m_stop)
+            out["depth"] = 0
+        return out
+    i = _find(index.src, event_id, (info.start, info.stop) if info is not None else None)
+    if i is not None:
         out["row"] = row_of(index, i).id
         out["depth"] = int(index.depth[i])
         if int(index.corr[i]) >= 0:
@@ -174,6 +179,17 @@ def event(profile: Profile, index: Index, event_id: int, row_id: str | None = No
                 e for e in links(index, row_of(index, i).rank, int(index.corr[i])) if e["id"] != event_id
             ]
     return out
+
+
+def _find(ids: npt.NDArray[Any], event_id: int, within: tuple[int, int] | None) -> int | None:
+    """Where ``event_id`` is in ``ids``: first within the given slice, else anywhere."""
+    if within is not None:
+        lo, hi = within
+        where = np.flatnonzero(ids[lo:hi] == event_id)
+        if len(where):
+            return int(where[0]) + lo
+    where = np.flatnonzero(ids == event_id)  # no row, or a wrong one: look everywhere
+    return int(where[0]) if len(where) else None
 
 
 #: matches answered by one search at most

@@ -7,6 +7,9 @@ events of one depth do not overlap, so covered time is a prefix sum, see ``index
 one depth cannot overlap either, so there are at most ``width / min_px + 2`` of them per depth:
 when the rows asked hold more than ``max_events`` in all, ``min_px`` doubles until they fit, and the
 payload stays under its bound at any zoom.
+
+Instants come back as *marks*: at most one per (row, column), for the column's first instant, with
+how many the column holds.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -63,10 +66,19 @@ class Tile:
     s_row: npt.NDArray[np.uint16] = field(default_factory=lambda: np.zeros(0, np.uint16))
     s_ts: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     s_val: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
+    # instants: at most one mark per (row, column), for the first instant of the column
+    m_row: npt.NDArray[np.uint16] = field(default_factory=lambda: np.zeros(0, np.uint16))
+    m_ts: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    m_count: npt.NDArray[np.uint32] = field(default_factory=lambda: np.zeros(0, np.uint32))
+    m_name: npt.NDArray[np.uint32] = field(default_factory=lambda: np.zeros(0, np.uint32))
+    m_id: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
     EVENT_COLUMNS: ClassVar[tuple[str, ...]] = ("row", "depth", "kind", "name", "ts", "dur", "corr", "id")
     BIN_COLUMNS: ClassVar[tuple[str, ...]] = ("bin_row", "bin_depth", "bin_col", "bin_count", "bin_busy")
     SAMPLE_COLUMNS: ClassVar[tuple[str, ...]] = ("s_row", "s_ts", "s_val")
+    MARK_COLUMNS: ClassVar[tuple[str, ...]] = ("m_row", "m_ts", "m_count", "m_name", "m_id")
+    #: the payload's columns, in this order
+    COLUMNS: ClassVar[tuple[str, ...]] = (*EVENT_COLUMNS, *BIN_COLUMNS, *SAMPLE_COLUMNS, *MARK_COLUMNS)
 
 
 def boundaries(t0: int, t1: int, width: int) -> I64:
@@ -84,46 +96,111 @@ def check(t0: int, t1: int, width: int, n_rows: int) -> None:
         raise UsageError(f"rows: expected 1 to {MAX_ROWS} row ids, got {n_rows}")
 
 
-def _wide_ranges(index: Index, info: RowInfo, t0: int, t1: int, thr: float) -> list[tuple[int, int, int]]:
-    """(class, lo, hi) slices of perm holding every event of the row that may be >= thr and overlap."""
-    out = []
-    for c in range(CLASSES):
-        lo, hi = info.class_starts[c], info.class_starts[c + 1]
-        if lo == hi or (1 << (c + 1)) - 1 < thr:  # every event of the class is narrower
-            continue
-        cts = index.cts[lo:hi]
-        a = int(np.searchsorted(cts, t0 - (1 << (c + 1)), side="left"))
-        b = int(np.searchsorted(cts, t1, side="left"))
-        if b > a:
-            out.append((c, lo + a, lo + b))
-    return out
+#: the longest duration of each class (``2^(c+1) - 1``): no event of a class is wider
+_CLASS_MAX: Final = tuple((1 << (c + 1)) - 1 for c in range(CLASSES))
+_I64_MIN: Final = -(1 << 63)
 
 
-def _wide_count(index: Index, ranges: list[list[tuple[int, int, int]]], thr: float) -> int:
+@dataclass
+class _Ranges:
+    """For (row, class) pairs: the slice ``[lo, hi)`` of ``perm`` holding every event of that class
+    of that row that may overlap the window (sorted by start; ``base``: the row's first index)."""
+
+    row: npt.NDArray[np.intp]
+    cls: npt.NDArray[np.intp]
+    base: I64
+    lo: I64
+    hi: I64
+
+    def wider(self, thr: float) -> _Ranges:
+        """The pairs whose class may hold events at least ``thr`` wide."""
+        keep = np.asarray([_CLASS_MAX[c] >= thr for c in self.cls.tolist()], dtype=bool)
+        return _Ranges(self.row[keep], self.cls[keep], self.base[keep], self.lo[keep], self.hi[keep])
+
+
+def _class_ranges(index: Index, infos: list[RowInfo], t0: int, t1: int, thr: float) -> _Ranges:
+    """The perm slices of every non-empty class (of every row) that may hold events ``>= thr`` wide
+    overlapping ``[t0, t1)``: all of them found at once by a bisection over the pairs (module
+    docstring of ``index``), a few dozen numpy gathers whatever the number of pairs."""
+    row, cls, lo, hi, base = [], [], [], [], []
+    for r, info in enumerate(infos):
+        starts = info.class_starts
+        for c in range(CLASSES):
+            if starts[c + 1] > starts[c] and _CLASS_MAX[c] >= thr:
+                row.append(r)
+                cls.append(c)
+                lo.append(starts[c])
+                hi.append(starts[c + 1])
+                base.append(info.start)
+    pairs = _Ranges(
+        np.asarray(row, dtype=np.intp),
+        np.asarray(cls, dtype=np.intp),
+        np.asarray(base, dtype=np.int64),
+        np.asarray(lo, dtype=np.int64),
+        np.asarray(hi, dtype=np.int64),
+    )
+    if not row:
+        return pairs
+    # an event of class c starting before t0 - 2^(c+1) ends before t0
+    back = np.asarray([max(t0 - (1 << (c + 1)), _I64_MIN) for c in cls], dtype=np.int64)
+    k = len(row)
+    found = _lower_bound(
+        index,
+        np.tile(pairs.base, 2),
+        np.tile(pairs.lo, 2),
+        np.tile(pairs.hi, 2),
+        np.concatenate([back, np.full(k, t1, dtype=np.int64)]),
+    )
+    pairs.lo, pairs.hi = found[:k], found[k:]
+    keep = pairs.hi > pairs.lo
+    return _Ranges(pairs.row[keep], pairs.cls[keep], pairs.base[keep], pairs.lo[keep], pairs.hi[keep])
+
+
+def _lower_bound(index: Index, base: I64, lo: I64, hi: I64, target: I64) -> I64:
+    """For each pair, the first position ``p`` of ``perm`` in ``[lo, hi)`` whose event starts at or
+    after ``target`` (``hi`` when none): one binary search per pair, all stepped together."""
+    first = lo
+    lo, hi = lo.copy(), hi.copy()
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) >> 1
+        probe = np.where(active, mid, first)  # a valid position of the pair's own row
+        key = index.ts[base + index.perm[probe]]
+        right = active & (key < target)
+        lo = np.where(right, mid + 1, lo)
+        hi = np.where(active & ~right, mid, hi)
+
+
+def _wide_count(index: Index, pairs: _Ranges, thr: float) -> int:
     """How many events the ranges hold that are at least ``thr`` wide (exact but for the few
     that end before the window in the lookback of a class)."""
     n = 0
-    for rr in ranges:
-        for c, lo, hi in rr:
-            if (1 << c) >= thr:  # every event of the class is wide enough
-                n += hi - lo
-            else:
-                n += int(np.count_nonzero(index.dur[index.perm[lo:hi]] >= thr))
+    for c, base, lo, hi in zip(pairs.cls.tolist(), pairs.base.tolist(), pairs.lo.tolist(), pairs.hi.tolist(),
+                               strict=True):  # fmt: skip
+        if (1 << c) >= thr:  # every event of the class is wide enough
+            n += hi - lo
+        elif _CLASS_MAX[c] >= thr:
+            n += int(np.count_nonzero(index.dur[index.perm[lo:hi].astype(np.int64) + base] >= thr))
     return n
 
 
-def _covered(ts: I64, dur: I64, cum: I64, x: I64) -> I64:
-    """Time covered by non-overlapping events (sorted by start) before each instant of ``x``."""
+def _covered(ts: npt.NDArray[Any], cum: npt.NDArray[Any], x: I64) -> I64:
+    """Time covered by non-overlapping events (sorted by start) before each instant of ``x``, plus
+    ``cum[0]``; ``cum`` (one longer than ``ts``) holds their summed durations (``cum[i + 1] -
+    cum[i]`` is event i's): only differences of the answer mean anything."""
     j = np.searchsorted(ts, x, side="right")
-    out = np.zeros(len(x), dtype=np.int64)
-    has = j > 0
-    k = j[has] - 1
-    out[has] = cum[k] + np.minimum(x[has] - ts[k], dur[k])
-    return out
+    k = np.maximum(j - 1, 0)
+    c0 = np.asarray(cum[k], dtype=np.int64)
+    dur = np.asarray(cum[k + 1], dtype=np.int64) - c0
+    gap = x - np.asarray(ts[k], dtype=np.int64)
+    return np.where(j > 0, c0 + np.minimum(gap, dur), np.int64(cum[0]))
 
 
 def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile:
-    """Events >= ``min_px`` pixel as they are, the smaller merged per column (module docstring)."""
+    """Events >= ``min_px`` pixel as they are, the smaller merged per column, instants as marks
+    (module docstring)."""
     check(t0, t1, width, len(row_ids))
     infos = []
     for rid in row_ids:
@@ -133,9 +210,10 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
         infos.append(info)
     px = (t1 - t0) / width
     min_px = 1.0
+    pairs = _class_ranges(index, infos, t0, t1, px)
     while True:  # wide events are at most width/min_px + 2 per depth: widen until they fit
-        ranges = [_wide_ranges(index, info, t0, t1, px * min_px) for info in infos]
-        if _wide_count(index, ranges, px * min_px) <= MAX_EVENTS or min_px > width:
+        pairs = pairs.wider(px * min_px)
+        if _wide_count(index, pairs, px * min_px) <= MAX_EVENTS or min_px > width:
             break
         min_px *= 2
     thr = px * min_px
@@ -143,8 +221,13 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
     ev_parts: list[I64] = []
     ev_rows: list[int] = []
     bins: list[tuple[int, int, npt.NDArray[np.intp], I64, I64]] = []
-    for r, (info, rr) in enumerate(zip(infos, ranges, strict=True)):
-        idx = np.concatenate([index.perm[lo:hi] for _, lo, hi in rr]) if rr else np.zeros(0, np.int64)
+    for r, info in enumerate(infos):
+        mine = np.flatnonzero(pairs.row == r).tolist()
+        idx = (
+            np.concatenate([pairs.base[p] + index.perm[pairs.lo[p] : pairs.hi[p]] for p in mine])
+            if mine
+            else np.zeros(0, np.int64)
+        ).astype(np.int64)
         ts, dur = index.ts[idx], index.dur[idx]
         keep = (dur >= thr) & (ts < t1) & (ts + dur > t0)
         idx = np.sort(idx[keep])  # index order: (depth, ts)
@@ -155,31 +238,41 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
             lo, hi = info.depth_starts[d], info.depth_starts[d + 1]
             if lo == hi:
                 continue
-            s_ts, s_dur, s_cum = index.ts[lo:hi], index.dur[lo:hi], index.cum[lo:hi]
+            s_ts, s_cum = index.ts[lo:hi], index.cum[lo : hi + 1]
             starts = np.searchsorted(s_ts, edges, side="left")
             count = np.diff(starts)
-            busy = np.diff(_covered(s_ts, s_dur, s_cum, edges))
+            busy = np.diff(_covered(s_ts, s_cum, edges))
             w = idx[wide_depth == d]
             if len(w):
                 w_ts, w_dur = index.ts[w], index.dur[w]
-                w_cum = np.cumsum(w_dur) - w_dur
+                w_cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(w_dur)])
                 count = count - np.diff(np.searchsorted(w_ts, edges, side="left"))
-                busy = busy - np.diff(_covered(w_ts, w_dur, w_cum, edges))
+                busy = busy - np.diff(_covered(w_ts, w_cum, edges))
             cols = np.flatnonzero((count > 0) | (busy > 0))
             if len(cols):
                 bins.append((r, d, cols, count[cols], busy[cols]))
     all_idx = np.concatenate(ev_parts) if ev_parts else np.zeros(0, np.int64)
-    names, name_ids = np.unique(index.name[all_idx], return_inverse=True)
+    m_row, m_first, m_count = _marks(index, infos, edges)
+    m_names = np.asarray(index.m_name[m_first], dtype=np.int64)
+    names, inverse = np.unique(
+        np.concatenate([np.asarray(index.name[all_idx], dtype=np.int64), m_names]), return_inverse=True
+    )
+    name_ids = np.asarray(inverse, dtype=np.uint32).reshape(-1)
     out = Tile(row_ids=list(row_ids), t0_ns=t0, t1_ns=t1, width_px=width, min_px=min_px)
     out.names = [index.names[int(n)] for n in names]
     out.row = np.repeat(np.arange(len(infos), dtype=np.uint16), ev_rows)
-    out.depth = index.depth[all_idx].astype(np.uint16)
-    out.kind = index.kind[all_idx].astype(np.uint8)
-    out.name = name_ids.astype(np.uint32).reshape(-1)
+    out.depth = np.asarray(index.depth[all_idx], dtype=np.uint16)
+    out.kind = np.asarray(index.kind[all_idx], dtype=np.uint8)
+    out.name = name_ids[: len(all_idx)]
     out.ts = np.asarray(index.ts[all_idx], dtype=np.int64)
     out.dur = np.asarray(index.dur[all_idx], dtype=np.int64)
     out.corr = np.asarray(index.corr[all_idx], dtype=np.int64)
     out.id = np.asarray(index.src[all_idx], dtype=np.int64)
+    out.m_row = m_row
+    out.m_ts = np.asarray(index.m_ts[m_first], dtype=np.int64)
+    out.m_count = m_count
+    out.m_name = name_ids[len(all_idx) :]
+    out.m_id = np.asarray(index.m_src[m_first], dtype=np.int64)
     if bins:
         n_bins = sum(len(b[2]) for b in bins)
         if n_bins > MAX_BINS:  # many deep rows: merge the columns of each depth in pairs and more
@@ -191,6 +284,26 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
         out.bin_count = np.concatenate([b[3] for b in bins]).astype(np.uint32)
         out.bin_busy = np.concatenate([b[4] for b in bins]).astype(np.int64)
     return out
+
+
+def _marks(
+    index: Index, infos: list[RowInfo], edges: I64
+) -> tuple[npt.NDArray[np.uint16], I64, npt.NDArray[np.uint32]]:
+    """Instants per (row, column): the row, the index of the column's first instant (earliest, then
+    lowest id) and how many fall in the column."""
+    rows, firsts, counts = [], [], []
+    for r, info in enumerate(infos):
+        if info.m_stop == info.m_start:
+            continue
+        starts = np.searchsorted(index.m_ts[info.m_start : info.m_stop], edges, side="left")
+        count = np.diff(starts)
+        cols = np.flatnonzero(count)
+        rows.append(np.full(len(cols), r, np.uint16))
+        firsts.append(starts[cols].astype(np.int64) + info.m_start)
+        counts.append(count[cols].astype(np.uint32))
+    if not rows:
+        return np.zeros(0, np.uint16), np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    return np.concatenate(rows), np.concatenate(firsts), np.concatenate(counts)
 
 
 def _coarsen(
@@ -207,7 +320,7 @@ def _coarsen(
 
 def encode(t: Tile) -> bytes:
     """The binary payload of docs/ui-api.md: magic, header length, JSON header, aligned columns."""
-    columns = [(c, getattr(t, c)) for c in (*Tile.EVENT_COLUMNS, *Tile.BIN_COLUMNS, *Tile.SAMPLE_COLUMNS)]
+    columns = [(c, getattr(t, c)) for c in Tile.COLUMNS]
     layout = []
     offset = 0
     for c, arr in columns:
@@ -225,6 +338,7 @@ def encode(t: Tile) -> bytes:
         "events": len(t.ts),
         "bins": len(t.bin_col),
         "samples": len(t.s_ts),
+        "marks": len(t.m_ts),
         "columns": layout,
     }
     text = json.dumps(header, separators=(",", ":")).encode()
