@@ -188,3 +188,58 @@ def test_bad_parameters_name_themselves(generated: Profile) -> None:
     ):
         with pytest.raises(UsageError, match=word):
             tl.tile(index, *args)  # type: ignore[arg-type]
+
+
+def test_columns_take_the_narrowest_type(generated: Profile) -> None:
+    """Types chosen from the data and written in the .npy headers; durations read from ``cum``."""
+    index = tl.load(generated)
+    where = tl.index.index_dir(generated)
+    types = {c: np.load(where / f"{c}.npy", mmap_mode="r").dtype.str for c in tl.index.COLUMNS}
+    assert types == {
+        "ts": "<i8", "cum": "<i8", "name": "<u2", "kind": "|i1", "corr": "<i4", "depth": "|u1",
+        "src": "<u4", "perm": "<u4", "m_ts": "<i8", "m_name": "<u2", "m_src": "<u4",
+    }  # fmt: skip
+    n = len(index.ts)
+    assert len(index.cum) == n + 1 and len(index.dur) == n and index.nbytes < 33 * n + 1000
+    truth = {e.id: e.dur for evs in brute_rows(generated).values() for e in evs}
+    dur = np.asarray(index.dur)
+    assert {int(i): int(d) for i, d in zip(index.src, dur, strict=True)} == truth
+    d = index.dur
+    assert int(d[5]) == dur[5] and int(d[-1]) == dur[-1] and np.array_equal(d[3:40], dur[3:40])
+    assert np.array_equal(d[[7, 2, 9]], dur[[7, 2, 9]]) and np.array_equal(d[dur > 1000], dur[dur > 1000])
+    assert np.array_equal(d[10:2], dur[10:2]) and np.array_equal(d[1:50:7], dur[1:50:7])
+    assert np.array_equal(np.asarray(index.ts) + d, np.asarray(index.ts) + dur)
+    with pytest.raises(IndexError):
+        d[n]
+
+
+def test_deep_rows_long_events_and_large_ids_widen_their_columns(tmp_path: Any) -> None:
+    """300 nested events (depth past uint8), a 10 s event (past uint32 ns), a correlation past
+    int32: the columns that need it are wider, and tiles still equal brute force."""
+    import pyarrow as pa
+
+    from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
+    from hyperscope.schema.events import EVENT_SCHEMA
+    from hyperscope.store.profile import write_part
+
+    profile = write_profile(tmp_path / "p", GroundTruthSpec(ranks=1, steps=4, kernels_per_step=4))
+    lo = profile.connect().execute("SELECT min(ts_ns) FROM events").fetchall()[0][0]
+    rows = [
+        {"rank": 0, "node": "node-0", "pid": 1000, "tid": 555, "kind": "cpu_op", "ph": "X",
+         "name": f"level {k}", "ts_ns": lo + 10 * k, "dur_ns": 100_000 - 20 * k, "correlation": None}
+        for k in range(300)
+    ]  # fmt: skip
+    rows.append({**rows[0], "name": "long", "ts_ns": lo + 200_000, "dur_ns": 10_000_000_000})
+    rows.append({**rows[0], "kind": "runtime", "name": "launch", "ts_ns": lo + 10_200_000_000,
+                 "dur_ns": 5, "correlation": 1 << 40})  # fmt: skip
+    write_part(pa.Table.from_pylist(rows, schema=EVENT_SCHEMA), profile.path / "events" / "part-deep.parquet")
+    index = tl.load(profile)
+    assert index.depth.dtype == np.uint16 and index.corr.dtype == np.int64 and index.name.dtype == np.uint16
+    info = index.by_id["host/0/1000/555"]
+    assert info.depths == 300
+    truth = brute_rows(profile)
+    assert max(e.depth for e in truth["host/0/1000/555"]) == 299
+    hi = lo + 10_200_000_005
+    for t0, t1, width in ((lo, hi, 800), (lo, lo + 200_000, 1000), (lo + 5_000_000_000, hi, 300)):
+        check_tile(index, truth, ["host/0/1000/555", *sorted(truth)[:3]], t0, t1, width)
+    assert tl.links(index, 0, 1 << 40)[0]["name"] == "launch"
