@@ -1,9 +1,10 @@
-"""The whole-profile dashboard kept beside a finished profile: written by import and capture,
-read back equal, ignored when the analysis code changed, and never required."""
+"""The whole-profile dashboard and the timeline index kept beside a finished profile: written by
+import and capture, read back equal, ignored when the analysis code changed, and never required."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hyperscope import Store
+from hyperscope import timeline as tl
 from hyperscope.analysis import dashboard, stored, to_json
 from hyperscope.store.synth import SynthSpec, write_job
 
@@ -66,7 +68,7 @@ def test_a_corrupt_stored_answer_is_ignored(home: Path) -> None:
     assert stored.load_dashboard(profile) is None
 
 
-def test_hyperscope_import_precomputes(tmp_path: Path) -> None:
+def test_hyperscope_import_precomputes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     paths = write_job(tmp_path / "traces", SynthSpec(ranks=2, steps=3))
     env = {**os.environ, "HYPERSCOPE_HOME": str(tmp_path / "home")}
     done = subprocess.run(
@@ -78,4 +80,57 @@ def test_hyperscope_import_precomputes(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     with Store(tmp_path / "home") as store:
-        assert stored.load_dashboard(store.profile("j")) is not None
+        profile = store.profile("j")
+    assert stored.load_dashboard(profile) is not None
+    # the timeline index too: a fresh load (another process, here a cleared cache) reads it from disk
+    where = tl.index.index_dir(profile)
+    assert (where / "meta.json").is_file()
+    before = {p.name: p.stat().st_mtime_ns for p in where.iterdir()}
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the timeline index was built again")
+
+    monkeypatch.setattr(tl.index, "build", no_build)
+    monkeypatch.setattr(tl.index, "_CACHE", {})
+    index = tl.load(profile)
+    assert len(index.ts) > 0 and len(index.rows) >= 2
+    assert {p.name: p.stat().st_mtime_ns for p in where.iterdir()} == before
+
+
+def test_a_failed_timeline_index_only_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``hyperscope import`` (typer's runner, in this process) succeeds when the index cannot be
+    built; the dashboard is kept, the index is left to the server's first request."""
+    from typer.testing import CliRunner
+
+    from hyperscope.cli.main import app
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise MemoryError("no room for the index")
+
+    monkeypatch.setattr(tl.index, "build", broken)
+    paths = write_job(tmp_path / "traces", SynthSpec(ranks=2, steps=3))
+    home = tmp_path / "home"
+    with caplog.at_level(logging.WARNING, logger="hyperscope.analysis"):
+        done = CliRunner().invoke(app, ["import", *map(str, paths), "--job", "j", "--home", str(home)])
+    assert done.exit_code == 0, done.output
+    assert "timeline index" in caplog.text and "no room for the index" in caplog.text
+    with Store(home) as store:
+        profile = store.profile("j")
+    assert stored.load_dashboard(profile) is not None
+    assert not tl.index.index_dir(profile).exists()
+
+
+def test_precompute_keeps_the_index_once(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    heard: list[str] = []
+    assert (
+        stored.precompute_job(home, "h200-transformer", report=lambda what, s: heard.append(what)) is not None
+    )
+    assert heard == ["dashboard", "timeline index"]
+    with Store(home) as store:
+        profile = store.profile("h200-transformer")
+    where = tl.index.index_dir(profile)
+    assert (where / "meta.json").is_file() and where.parent.name == "derived"
+    monkeypatch.setattr(tl.index, "build", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rebuilt")))
+    assert stored.precompute_timeline(profile) is not None  # there already: nothing to do

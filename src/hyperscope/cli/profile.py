@@ -119,13 +119,17 @@ def profile(
 
 
 def precompute_for_ui(home: Path | str | None, job: str, profile_id: str) -> None:
-    """The whole-profile dashboard, computed now and kept for the UI's first look."""
+    """The whole-profile dashboard and the timeline index, computed now and kept for the UI's first
+    look (each one that took half a second or more is reported)."""
     from hyperscope.analysis.stored import precompute_job
     from hyperscope.store.store import default_home
 
-    took = precompute_job(Path(home).expanduser() if home else default_home(), job, profile_id)
-    if took is not None and took >= 0.5:
-        err.print(f"hyperscope: dashboard computed in {took:.1f} s (kept beside the profile for the UI)")
+    def report(what: str, took: float) -> None:
+        if took >= 0.5:
+            verb = "built" if what == "timeline index" else "computed"
+            err.print(f"hyperscope: {what} {verb} in {took:.1f} s (kept beside the profile for the UI)")
+
+    precompute_job(Path(home).expanduser() if home else default_home(), job, profile_id, report)
 
 
 def _steps(text: str | None) -> range | list[int] | None:
