@@ -140,3 +140,64 @@ def test_event_with_its_row_or_a_wrong_one(client: TestClient, home: Home) -> No
     assert client.get(base, params={"id": eid, "row": "stream/0/0/7"}).json() == plain
     assert client.get(base, params={"id": eid, "row": "host/0/1493/1493"}).json() == plain
     assert plain["row"] == "stream/0/0/7"
+
+
+def test_tile_marks_of_an_imported_trace(tmp_path: Path) -> None:
+    """A Kineto trace with instants, imported as a user would: the binary tile carries one mark per
+    (row, column) after the sample columns, their names in the shared list, ids that /event
+    resolves; ``[memory]`` instants are no marks."""
+    import json
+
+    from hyperscope import Store
+    from hyperscope.store.synth import SynthSpec, write_rank
+
+    trace = tmp_path / "rank0.pt.trace.json"
+    write_rank(trace, SynthSpec(ranks=1, steps=4, ops_per_step=8), 0)
+    doc = json.loads(trace.read_text())
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    lo, hi = min(e["ts"] for e in xs), max(e["ts"] + e["dur"] for e in xs)
+    for k in range(10):  # on the host thread, two at each time
+        ts = lo + (hi - lo) * (k // 2) / 6
+        doc["traceEvents"].append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": f"mark {k}",
+                                   "pid": 1000, "tid": 1000, "ts": ts})  # fmt: skip
+    doc["traceEvents"] += [
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1000, "tid": 1000,
+         "ts": lo + 5, "args": {"Bytes": 512, "Total Allocated": 512, "Device Type": 1, "Device Id": 0}},
+        {"ph": "i", "s": "g", "name": "Iteration Start: PyTorch Profiler", "pid": "Traces",
+         "tid": "Trace PyTorch Profiler", "ts": lo},
+    ]  # fmt: skip
+    trace.write_text(json.dumps(doc))
+    home = tmp_path / "home"
+    with Store(home) as store:
+        pid = store.import_traces([trace], "marks").profile.id
+    app = create_app(home, static_dir=tmp_path / "none")
+    with local(app) as c:
+        body = c.get(BASE.format(pid) + "/rows").json()
+        leaves = {leaf["id"]: leaf for leaf in _leaves(body["root"])}
+        assert leaves["host/0/-1/-1"]["events"] == 0 and leaves["host/0/-1/-1"]["depths"] == 1
+        rows = ["host/0/1000/1000", "host/0/-1/-1", "stream/0/0/7"]
+        r = c.get(
+            BASE.format(pid) + "/tile",
+            params={"rows": ",".join(rows), "t0_ns": body["start_ns"], "t1_ns": int(body["end_ns"]) + 1,
+                    "width": 600},
+        )  # fmt: skip
+        assert r.status_code == 200
+        header, cols = tl.decode(r.content)
+        names = [c["name"] for c in header["columns"]]
+        assert names[-8:] == ["s_row", "s_ts", "s_val", "m_row", "m_ts", "m_count", "m_name", "m_id"]
+        assert header["marks"] == len(cols["m_ts"]) == 6
+        got = [header["names"][int(n)] for n in cols["m_name"]]
+        marks = sorted(
+            (header["rows"][int(r)], int(n), name)
+            for r, n, name in zip(cols["m_row"], cols["m_count"], got, strict=True)
+        )
+        assert marks[0] == ("host/0/-1/-1", 1, "Iteration Start: PyTorch Profiler")
+        # two at each time: the mark names the one of the lower id, either of the pair
+        host = marks[1:]
+        assert [(r, n) for r, n, _ in host] == [("host/0/1000/1000", 2)] * 5
+        assert [int(name.split()[1]) // 2 for _, _, name in host] == [0, 1, 2, 3, 4]
+        assert header["events"] > 0 and "[memory]" not in header["names"]
+        first = int(cols["m_id"][list(cols["m_row"]).index(0)])
+        ev = c.get(BASE.format(pid) + "/event", params={"id": first, "row": "host/0/1000/1000"}).json()
+        assert ev["row"] == "host/0/1000/1000" and ev["fields"]["name"] == got[list(cols["m_row"]).index(0)]
+        assert ev["fields"]["ph"] == "i" and isinstance(ev["fields"]["ts_ns"], str)

@@ -1,8 +1,10 @@
 """The timeline endpoints of docs/ui-api.md: rows, tiles (binary), event details and links.
 
 Every answer comes from :mod:`hyperscope.timeline`; this module checks parameters, runs the work
-under the server's query limits (the first request of a profile builds its timeline index, seconds
-at ten million events) and maps errors to status codes like the rest of the API. Timestamps in JSON
+under the server's query limits and maps errors to status codes like the rest of the API. The
+timeline index is built at import and at the end of a capture; where it is not on disk (a
+read-only store, a profile imported by an older hyperscope) the first request builds it, seconds
+at ten million events. Timestamps in JSON
 are decimal strings: epoch nanoseconds are beyond the integers a browser's numbers hold exactly.
 """
 
@@ -86,7 +88,8 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
         t1_ns: Annotated[int, Query(description="window end, epoch ns (exclusive)")],
         width: Annotated[int, Query(ge=1, le=MAX_WIDTH, description="pixels across the window")],
     ) -> Response:
-        """Events at least a pixel wide as they are, the others merged per column (binary payload)."""
+        """Events at least a pixel wide as they are, the others merged per column, instants as
+        marks (binary payload)."""
         row_ids = [r for r in rows.split(",") if r]
         if not 1 <= len(row_ids) <= MAX_ROWS:
             raise UsageError(f"rows: expected 1 to {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
@@ -115,7 +118,7 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
         id: Annotated[int, Query(ge=0, description="event id from a tile")],
         row: Annotated[str | None, Query(description="its row id, when known (faster)")] = None,
     ) -> Response:
-        """Every stored field of one event, its row and its linked launch or kernel."""
+        """Every stored field of one event (or instant), its row and its linked launch or kernel."""
 
         def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             _, profile = open_profile(profile_id)

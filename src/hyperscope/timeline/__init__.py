@@ -1,7 +1,8 @@
 """The timeline: rows of a profile, tiles of any window at any zoom, and launch → kernel links.
 
-Pure functions over a profile's timeline index (:mod:`hyperscope.timeline.index`, built at first
-use and kept beside the profile); the server's ``/timeline`` endpoints and the UI are their clients.
+Pure functions over a profile's timeline index (:mod:`hyperscope.timeline.index`, built at import
+or at first use, and kept beside the profile); the server's ``/timeline`` endpoints and the UI are
+their clients.
 """
 
 from __future__ import annotations
