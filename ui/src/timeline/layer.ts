@@ -5,7 +5,7 @@
 // order by colour and by busyness, which names match the search) is computed once per tile.
 import type { Tile } from "./data";
 import { type Layout, FULL_LANES, laneHeight, laneOf, laneTop, MARK_H } from "./geometry";
-import { BUSY_COLORS, BUSY_LEVELS, nameColor } from "./colors";
+import { BUSY_LEVELS, BUSY_PIXELS, nameColor } from "./colors";
 
 /** A tile with what drawing needs, computed when it arrives. */
 export interface Prepared {
@@ -14,8 +14,13 @@ export interface Prepared {
   palette: string[]; // one colour per (name, kind)
   evColor: Uint32Array; // palette index per event
   evOrder: Uint32Array; // events by colour: one fillStyle per colour
-  binLevel: Uint8Array; // busyness level per merged column
-  binOrder: Uint32Array; // merged columns by level
+  /** merged columns in runs: neighbouring columns of one row and level with the same busyness
+   * level (whole runs of a busy stream: one rectangle) */
+  runRow: Uint16Array;
+  runDepth: Uint16Array;
+  runCol: Uint32Array; // first column
+  runCols: Uint32Array; // columns (pixel columns of the tile)
+  runLevel: Uint8Array;
   markColor: Uint32Array; // palette index per mark
   markOrder: Uint32Array;
   lowerNames: string[] | null; // for the search, once
@@ -49,18 +54,35 @@ export function prepare(tile: Tile): Prepared {
   const markColor = new Uint32Array(tile.mTs.length);
   for (let i = 0; i < markColor.length; i++) markColor[i] = colorOf(tile.mName[i]!, "instant", 255);
   const colNs = ((tile.t1 - tile.t0) / tile.width) * tile.binSpan;
-  const binLevel = new Uint8Array(tile.binCol.length);
-  for (let i = 0; i < binLevel.length; i++) {
-    binLevel[i] = Math.min(BUSY_LEVELS - 1, Math.floor(Math.min(1, tile.binBusy[i]! / colNs) * BUSY_LEVELS));
+  const n = tile.binCol.length;
+  const runRow = new Uint16Array(n);
+  const runDepth = new Uint16Array(n);
+  const runCol = new Uint32Array(n);
+  const runCols = new Uint32Array(n);
+  const runLevel = new Uint8Array(n);
+  let r = -1;
+  for (let i = 0; i < n; i++) {
+    const level = Math.min(BUSY_LEVELS - 1, Math.floor(Math.min(1, tile.binBusy[i]! / colNs) * BUSY_LEVELS));
+    const [row, depth, c] = [tile.binRow[i]!, tile.binDepth[i]!, tile.binCol[i]!];
+    if (r >= 0 && runRow[r] === row && runDepth[r] === depth && runLevel[r] === level && runCol[r]! + runCols[r]! === c) {
+      runCols[r]! += tile.binSpan;
+      continue;
+    }
+    r += 1;
+    [runRow[r], runDepth[r], runCol[r], runCols[r], runLevel[r]] = [row, depth, c, tile.binSpan, level];
   }
+  const runs = r + 1;
   return {
     tile,
     colNs,
     palette,
     evColor,
     evOrder: orderBy(evColor, palette.length),
-    binLevel,
-    binOrder: orderBy(binLevel, BUSY_LEVELS),
+    runRow: runRow.subarray(0, runs),
+    runDepth: runDepth.subarray(0, runs),
+    runCol: runCol.subarray(0, runs),
+    runCols: runCols.subarray(0, runs),
+    runLevel: runLevel.subarray(0, runs),
     markColor,
     markOrder: orderBy(markColor, palette.length),
     lowerNames: null,
@@ -92,7 +114,7 @@ export interface Need {
   y1: number;
 }
 
-const SLICE = 512; // items between two looks at the clock
+const SLICE = 256; // items between two looks at the clock
 
 /** One tile drawn offscreen over a part of time and rows, in slices. */
 export class Layer {
@@ -160,32 +182,47 @@ export class Layer {
     return true;
   }
 
-  /** merged columns: height and colour from the fraction of the column busy */
-  private bins(until: number): number {
-    const { ctx } = this;
+  /** merged columns: height and colour from the fraction of the column busy (its level), written
+   * as pixels (thousands of one-pixel rectangles cost more to a canvas than to an array) */
+  private bins(): number {
     const p = this.key.prepared;
     const t = p.tile;
-    const colW = Math.max(1, p.colNs / this.key.nsPerPx);
+    const n = p.runRow.length;
+    if (n === 0) return 0;
+    const dpr = this.key.dpr;
     const colT = (t.t1 - t.t0) / t.width;
-    let level = -1;
-    for (; this.at < p.binOrder.length; this.at++) {
-      if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
-      const i = p.binOrder[this.at]!;
-      const r = this.rowOf[t.binRow[i]!];
+    const pxPerCol = colT / this.key.nsPerPx;
+    const W = this.canvas.width;
+    const H = this.canvas.height;
+    // the rows holding merged columns: the band of the layer to write
+    let lo = H;
+    let hi = 0;
+    for (const r of this.rowOf) {
       if (!r) continue;
-      const x = this.x(t.t0 + t.binCol[i]! * colT);
-      if (x + colW < 0 || x > this.w) continue;
-      const lane = laneOf(r, t.binDepth[i]!);
-      const top = r.y - this.yTop + laneTop(lane);
-      const lh = laneHeight(lane);
-      if (top > this.h || top + lh < 0) continue;
-      if (p.binLevel[i] !== level) {
-        level = p.binLevel[i]!;
-        ctx.fillStyle = BUSY_COLORS[level]!;
-      }
-      const hh = Math.max(lh > 6 ? 2 : 1, lh * Math.min(1, t.binBusy[i]! / p.colNs));
-      ctx.fillRect(x, top + lh - hh, colW, hh);
+      lo = Math.min(lo, Math.max(0, Math.floor((r.y - this.yTop) * dpr)));
+      hi = Math.max(hi, Math.min(H, Math.ceil((r.y - this.yTop + r.h) * dpr)));
     }
+    if (hi <= lo) return 0;
+    const img = new ImageData(W, hi - lo);
+    const px = new Uint32Array(img.data.buffer);
+    for (let i = 0; i < n; i++) {
+      const r = this.rowOf[p.runRow[i]!];
+      if (!r) continue;
+      const x = this.x(t.t0 + p.runCol[i]! * colT);
+      const x0 = Math.max(0, Math.round(x * dpr));
+      const x1 = Math.min(W, Math.max(x0 + 1, Math.round((x + p.runCols[i]! * pxPerCol) * dpr)));
+      if (x1 <= x0) continue;
+      const lane = laneOf(r, p.runDepth[i]!);
+      const lh = laneHeight(lane);
+      const level = p.runLevel[i]!;
+      const hh = Math.max(lh > 6 ? 2 : 1, (lh * (level + 1)) / BUSY_LEVELS);
+      const bottom = r.y - this.yTop + laneTop(lane) + lh;
+      const y0 = Math.max(lo, Math.round((bottom - hh) * dpr));
+      const y1 = Math.min(hi, Math.round(bottom * dpr));
+      const color = BUSY_PIXELS[level]!;
+      for (let y = y0; y < y1; y++) px.fill(color, (y - lo) * W + x0, (y - lo) * W + x1);
+    }
+    this.ctx.putImageData(img, 0, lo);
     return 0;
   }
 

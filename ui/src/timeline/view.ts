@@ -15,7 +15,7 @@ import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt } from "./place";
 import { state } from "./state";
 
-const SLICE_MS = 8; // drawing a new layer: at most this much per frame, the previous one shown meanwhile
+const SLICE_MS = 4; // drawing a new layer: at most this much per frame (its raster about as much again), the previous one shown meanwhile
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
