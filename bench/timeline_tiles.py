@@ -115,11 +115,68 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
 
 
 BROWSER_FIGURES = """() => { const s = window.__hyperscope.timeline.state;
-  return { now: performance.now(), tiles: s.tiles, loading: s.loading, drawMs: s.drawMs.slice(),
-           events: s.tile ? s.tile.ts.length : 0, bins: s.tile ? s.tile.binCol.length : 0 }; }"""
+  return { now: performance.now(), tiles: s.tiles, loading: s.loading, span: s.span,
+           frames: s.frameLog ? s.frameLog.length : 0 }; }"""
+
+# the view's share of the run for each pan measured (centred on the run)
+PAN_WINDOWS = (("whole run", 1.0), ("1/10 of the run", 0.1), ("1/100 of the run", 0.01))
 
 
-def browser_figures(home: Path, pid: str) -> dict[str, Any]:
+def pan_frames(page: Any, share: float) -> dict[str, Any]:
+    """Frames while panning a window of ``share`` of the run: 20 presses of D/A (a new tile after
+    each: its layer drawn) then a drag of 40 moves (the layer copied), every frame logged."""
+    tl_js = "window.__hyperscope.timeline"
+    ready = f"() => {tl_js}.state.tiles > 0 && !{tl_js}.state.loading"
+    span = page.evaluate(BROWSER_FIGURES)["span"]
+    mid, half = (span[0] + span[1]) / 2, (span[1] - span[0]) * share / 2
+    page.evaluate(f"([a, b]) => {tl_js}.setView(a, b)", [mid - half, mid + half])
+    page.wait_for_timeout(300)
+    page.wait_for_function(ready, timeout=60_000)
+    page.wait_for_timeout(200)
+    page.evaluate(f"() => {{ {tl_js}.state.frameLog = []; }}")
+    page.focus("#tl-canvas")
+    for i in range(20):  # right and back, so the view stays over the run
+        page.keyboard.press("d" if i % 4 < 2 else "a")
+        page.wait_for_timeout(60)
+    page.wait_for_function(ready, timeout=60_000)
+    box = page.locator("#tl-canvas").bounding_box()
+    x, y = box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5
+    page.mouse.move(x, y)
+    page.mouse.down()
+    for i in range(40):
+        page.mouse.move(x + (i + 1) * (8 if i < 20 else -8) - (320 if i >= 20 else 0) * 0, y)
+        page.wait_for_timeout(16)
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    log = page.evaluate(
+        f"() => {{ const l = {tl_js}.state.frameLog; {tl_js}.state.frameLog = null; return l; }}"
+    )
+    frames = [f for f in log if f["kind"] != "none"]
+    ms = [f["ms"] for f in frames]
+    visible = [f["events"] + f["merged"] for f in frames]
+    worst = max(frames, key=lambda f: f["ms"])
+    return {
+        "frames": len(frames),
+        "median_ms": statistics.median(ms),
+        "max_ms": max(ms),
+        "worst_kind": worst["kind"],
+        "kinds": {k: sum(1 for f in frames if f["kind"] == k) for k in sorted({f["kind"] for f in frames})},
+        "median_ms_by_kind": {
+            k: statistics.median(f["ms"] for f in frames if f["kind"] == k)
+            for k in {f["kind"] for f in frames}
+        },
+        "visible_min": min(visible),
+        "visible_median": statistics.median(visible),
+        "visible_max": max(visible),
+        "events_max": max(f["events"] for f in frames),
+        "per_frame": [
+            {"ms": round(f["ms"], 2), "kind": f["kind"], "events": f["events"], "merged": f["merged"]}
+            for f in frames
+        ],
+    }
+
+
+def browser_figures(home: Path, pid: str, cold: bool = True) -> dict[str, Any]:
     """First paint, all rows, and frame times while panning (see the module docstring)."""
     from playwright.sync_api import sync_playwright
     from tests.ui.harness import launch_chromium, missing, ui_server
@@ -132,7 +189,7 @@ def browser_figures(home: Path, pid: str) -> dict[str, Any]:
     ready = f"() => {tl_js} && {tl_js}.state.tiles > 0 && !{tl_js}.state.loading"
     with sync_playwright() as p:
         browser = launch_chromium(p)
-        for label in ("cold", "warm"):
+        for label in ("cold", "warm") if cold else ("warm",):
             with ui_server(home) as url:
                 page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
                 page.goto(f"{url}/#/timeline/{pid}")
@@ -142,34 +199,15 @@ def browser_figures(home: Path, pid: str) -> dict[str, Any]:
                     page.context.close()
                     continue
                 before = page.evaluate(BROWSER_FIGURES)
-                page.evaluate("() => window.__hyperscope.timeline.openAll()")
+                page.evaluate(f"() => {tl_js}.openAll()")
                 page.wait_for_function(
                     f"(n) => {tl_js}.state.tiles > n && !{tl_js}.state.loading",
                     arg=before["tiles"],
                     timeout=60_000,
                 )
                 out["all_rows_ms"] = page.evaluate(BROWSER_FIGURES)["now"] - before["now"]
-                for view, keys in (("whole run", ""), ("1/10 of the run", "wwwwwww")):
-                    page.focus("#tl-canvas")
-                    for k in keys:
-                        page.keyboard.press(k)
-                    page.wait_for_timeout(300)
-                    page.wait_for_function(ready, timeout=60_000)
-                    start = len(page.evaluate(BROWSER_FIGURES)["drawMs"])
-                    drawn = []
-                    for i in range(20):  # right and back, so the view stays over the run
-                        page.keyboard.press("d" if i % 4 < 2 else "a")
-                        page.wait_for_timeout(60)
-                        f = page.evaluate(BROWSER_FIGURES)
-                        drawn.append((f["events"], f["bins"]))
-                    frames = page.evaluate(BROWSER_FIGURES)["drawMs"][start:] if start < 200 else []
-                    out[f"pan {view}"] = {
-                        "frames": len(frames),
-                        "median_ms": statistics.median(frames) if frames else None,
-                        "max_ms": max(frames) if frames else None,
-                        "events": max(e for e, _ in drawn),
-                        "bins": max(b for _, b in drawn),
-                    }
+                for view, share in PAN_WINDOWS:
+                    out[f"pan {view}"] = pan_frames(page, share)
                 page.context.close()
         browser.close()
     return out

@@ -29,10 +29,27 @@ def _trace(path: Path) -> None:
     instants on the host thread (``marker_b`` three times within a microsecond)."""
 
     def x(cat: str, name: str, ts: float, dur: float, pid: int, tid: int, **args: Any) -> dict[str, Any]:
-        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
 
     def instant(name: str, ts: float) -> dict[str, Any]:
-        return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": name, "pid": HOST, "tid": HOST, "ts": ts}
+        return {
+            "ph": "i",
+            "s": "t",
+            "cat": "cpu_instant_event",
+            "name": name,
+            "pid": HOST,
+            "tid": HOST,
+            "ts": ts,
+        }
 
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "ts": 0, "pid": HOST, "tid": 0, "args": {"name": "python"}},
@@ -75,7 +92,11 @@ def deep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 def geometry(pg: Any, row: str, depth: int) -> dict[str, float]:
     """Where the page draws nesting level ``depth`` of ``row``: canvas y of the lane's top, height."""
-    return dict(pg.evaluate(f"([r, d]) => ({{ top: {TL}.rowY(r) + {TL}.laneTop(d), h: {TL}.laneHeight(d) }})", [row, depth]))
+    return dict(
+        pg.evaluate(
+            f"([r, d]) => ({{ top: {TL}.rowY(r) + {TL}.laneTop(d), h: {TL}.laneHeight(d) }})", [row, depth]
+        )
+    )
 
 
 def find(pg: Any, name: str) -> dict[str, Any]:
@@ -97,7 +118,8 @@ def pixel(pg: Any, x: float, y: float) -> list[int]:
     return list(
         pg.evaluate(
             """([x, y]) => { const c = document.getElementById('tl-canvas'), d = window.devicePixelRatio || 1;
-               return Array.from(c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1).data); }""",
+               const px = c.getContext('2d').getImageData(Math.round(x * d), Math.round(y * d), 1, 1);
+               return Array.from(px.data); }""",
             [x, y],
         )
     )
@@ -124,7 +146,7 @@ def click_event(pg: Any, ev: dict[str, Any]) -> None:
 
 def test_every_level_shown_and_clickable(page: Any, deep: Served) -> None:
     open_timeline(page, deep)
-    gpu, host, _ = open_gpu(page)
+    _, host, _ = open_gpu(page)
     row = state(page, f"s.layout.find(r => r.id === {json.dumps(host)})")
     assert row["lanes"] == NEST + 2  # the step, 30 functions, the launch: none folded into another
     deepest = find(page, f"py_level_{NEST}")
@@ -161,7 +183,9 @@ def test_arrow_into_closed_group(page: Any, deep: Served) -> None:
     a = state(page, "s.arrows[0]")
     line = state(page, f"{TL}.rowY({json.dumps(gpu)}) + 11")
     assert a["dashed"] and a["y0"] == pytest.approx(line) and a["y1"] == pytest.approx(line)
-    assert a["x1"] == pytest.approx(page.evaluate(f"(t) => {TL}.xOf(t)", state(page, f"s.tile.ts[s.tile.id.indexOf({kernel['id']})]")))
+    assert a["x1"] == pytest.approx(
+        page.evaluate(f"(t) => {TL}.xOf(t)", state(page, f"s.tile.ts[s.tile.id.indexOf({kernel['id']})]"))
+    )
     screenshot(page, "timeline-arrow-closed-group")
     # all arrows, nothing selected, the node closed too: the pair is drawn to the node's line
     page.evaluate(f"() => {{ {TL}.state.selected = null; }}")
@@ -173,8 +197,54 @@ def test_arrow_into_closed_group(page: Any, deep: Served) -> None:
     before = state(page, "s.tiles")
     page.evaluate(f"(id) => {TL}.toggle(id, false)", node)
     wait_tile(page, before)
-    page.wait_for_function(f"() => {TL}.state.flows.length === 1 && {TL}.state.arrows.length === 1", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        f"() => {TL}.state.flows.length === 1 && {TL}.state.arrows.length === 1", timeout=TIMEOUT_MS
+    )
     a = state(page, "s.arrows[0]")
     line = state(page, f"{TL}.rowY({json.dumps(node)}) + 11")
     assert a["dashed"] and a["y0"] == pytest.approx(line) and a["y1"] == pytest.approx(line)
     screenshot(page, "timeline-arrows-closed-node")
+
+
+def test_instant_marks(page: Any, deep: Served) -> None:
+    open_timeline(page, deep)
+    _, host, _ = open_gpu(page)
+    marks = page.evaluate(
+        f"""() => {{ const t = {TL}.state.tile; return Array.from(t.mTs, (ts, i) => ({{
+              ts, count: t.mCount[i], name: t.names[t.mName[i]], id: t.mId[i], row: t.rows[t.mRow[i]],
+              x: {TL}.xOf(ts) }})); }}"""
+    )
+    # the whole run: 5 ms over ~1100 px, so marker_b's three instants within 0.4 µs share a column
+    assert sorted((m["name"], m["count"]) for m in marks) == [
+        ("marker_a", 1),
+        ("marker_a", 1),
+        ("marker_b", 3),
+    ]
+    assert all(m["row"] == host for m in marks)
+    dense = next(m for m in marks if m["name"] == "marker_b")
+    top = state(page, f"{TL}.rowY({json.dumps(host)})")
+    # drawn: the marker's colour at its tip, not the row's background
+    assert pixel(page, dense["x"], top + 3)[:3] not in ([255, 255, 255], [238, 241, 246])
+    box = page.locator("#tl-canvas").bounding_box()
+    page.mouse.move(box["x"] + dense["x"], box["y"] + top + 3)
+    page.wait_for_function("() => document.getElementById('tl-canvas').title.includes('marker_b')")
+    assert "3 in this pixel column" in page.get_attribute("#tl-canvas", "title")
+    page.mouse.click(box["x"] + dense["x"], box["y"] + top + 3)
+    page.wait_for_function(f"(id) => {TL}.state.selected && {TL}.state.selected.id === id", arg=dense["id"])
+    details = page.inner_text("#tl-details")
+    assert "marker_b" in details and "instant" in details and "3 in this pixel column" in details
+    assert state(page, "s.selected.fields.ph") == "i"
+    screenshot(page, "timeline-instant-marks")
+    # a single one; then a search for its name outlines it
+    single = next(m for m in marks if m["name"] == "marker_a")
+    page.mouse.click(box["x"] + single["x"] + 2, box["y"] + top + 2)
+    page.wait_for_function(f"(id) => {TL}.state.selected && {TL}.state.selected.id === id", arg=single["id"])
+    assert "in this pixel column" not in page.inner_text("#tl-details")
+    page.fill("#tl-search", "marker_a")
+    page.press("#tl-search", "Enter")
+    page.wait_for_function(f"() => {TL}.state.search === 'marker_a'", timeout=TIMEOUT_MS)
+    page.wait_for_timeout(200)  # a frame
+    # the marks of that name outlined in yellow (the server's search counts events, not instants)
+    near = [pixel(page, single["x"] + dx, top + 1 + dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)]
+    assert any(r > 200 and g > 150 and b < 100 for r, g, b, _ in near), near
+    screenshot(page, "timeline-instant-search")
