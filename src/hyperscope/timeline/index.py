@@ -274,7 +274,8 @@ def _build_and_store(profile: Profile, where: Path) -> Index:
 def _read(where: Path) -> Index | None:
     try:
         meta = json.loads((where / "meta.json").read_text())
-        arrays = {c: np.load(where / f"{c}.npy", mmap_mode="r") for c in COLUMNS}
+        # plain arrays over the mapped files: slicing a memmap costs a Python call, hundreds a tile
+        arrays = {c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS}
         rows = tuple(
             RowInfo(
                 **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}

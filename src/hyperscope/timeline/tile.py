@@ -239,6 +239,9 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
             if lo == hi:
                 continue
             s_ts, s_cum = index.ts[lo:hi], index.cum[lo : hi + 1]
+            a, b = np.searchsorted(s_ts, edges[[0, -1]], side="left").tolist()
+            if a == b and (a == 0 or s_ts[a - 1] + (s_cum[a] - s_cum[a - 1]) <= t0):
+                continue  # nothing of this depth in the window
             starts = np.searchsorted(s_ts, edges, side="left")
             count = np.diff(starts)
             busy = np.diff(_covered(s_ts, s_cum, edges))
