@@ -4,7 +4,7 @@
 // layer meanwhile), and everything per event that does not depend on the view (colours, the
 // order by colour and by busyness, which names match the search) is computed once per tile.
 import type { Tile } from "./data";
-import { type Layout, FULL_LANES, laneHeight, laneOf, laneTop, MARK_H } from "./geometry";
+import { FULL_LANES, GUTTER, laneHeight, laneOf, laneTop, type Layout, MARK_H, RULER } from "./geometry";
 import { BUSY_LEVELS, BUSY_PIXELS, nameColor } from "./colors";
 
 /** A tile with what drawing needs, computed when it arrives. */
@@ -115,6 +115,7 @@ export interface Need {
 }
 
 const SLICE = 256; // items between two looks at the clock
+const SLICE_MS = 4; // a new layer: at most this much drawing per frame (its raster costs about as much again)
 
 /** One tile drawn offscreen over a part of time and rows, in slices. */
 export class Layer {
@@ -388,6 +389,36 @@ export class Layer {
     ctx.stroke(found);
     ctx.lineWidth = 1;
     return 0;
+  }
+}
+
+/** The layers of the frames: the last complete one, and the next one while it is drawn in slices. */
+export class Painter {
+  private layer: Layer | null = null;
+  private next: Layer | null = null;
+
+  /** Draw the tile's layer into the frame (clipped by the caller): "copy" when the last layer fits
+   * the view, "draw" when a new one was drawn whole, "slice" when drawn in part (the last one
+   * shown meanwhile, stretched if at another scale: call again at the next frame). */
+  paint(ctx: CanvasRenderingContext2D, key: LayerKey, view: Need, rows: Map<string, Layout>): string {
+    let kind = "copy";
+    if (!this.layer || !this.layer.fits(key, view)) {
+      if (!this.next || !this.next.fits(key, view)) this.next = new Layer(key, rows, view);
+      kind = "draw";
+      if (this.next.step(SLICE_MS)) [this.layer, this.next] = [this.next, null];
+      else kind = "slice";
+    }
+    const l = this.layer;
+    if (!l || l.key.layoutVersion !== key.layoutVersion || l.key.dpr !== key.dpr) return kind;
+    // at its place: exact device pixels at its own scale, stretched (a preview) at another
+    const { dpr, nsPerPx } = key;
+    const scale = l.key.nsPerPx / nsPerPx;
+    const x = Math.round((GUTTER + (l.t0 - view.t0) / nsPerPx) * dpr) / dpr;
+    const y = Math.round((RULER + l.yTop - view.y0) * dpr) / dpr;
+    const same = Math.abs(scale - 1) < 1e-6;
+    ctx.imageSmoothingEnabled = !same;
+    ctx.drawImage(l.canvas, x, y, (l.canvas.width / dpr) * (same ? 1 : scale), l.canvas.height / dpr);
+    return kind;
   }
 }
 

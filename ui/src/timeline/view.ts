@@ -9,13 +9,11 @@ import type { TlEventRef, TlRow } from "./data";
 import { drawFrame, type DrawState, fmtDuration, type Rect, xOf } from "./draw";
 import { GUTTER, laneHeight, laneTop, type Layout, RULER } from "./geometry";
 import { installInput } from "./input";
-import { Layer, type LayerKey, prepare, type Prepared, visibleEvents } from "./layer";
+import { type LayerKey, Painter, prepare, type Prepared, visibleEvents } from "./layer";
 import { buildLayout, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt } from "./place";
 import { state } from "./state";
-
-const SLICE_MS = 4; // drawing a new layer: at most this much per frame (its raster about as much again), the previous one shown meanwhile
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -70,8 +68,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   let abort: AbortController | null = null;
   let pending = 0;
   let prepared: Prepared | null = null; // state.tile, ready to draw
-  let layer: Layer | null = null; // the last complete layer
-  let next: Layer | null = null; // the one being drawn, in slices
+  const painter = new Painter();
   let layoutVersion = 0;
   let shown = new Map<string, Layout>(); // rows shown, by id
   let drawn = new Map<string, Layout>(); // and the device rows drawn on a closed group's line
@@ -117,29 +114,14 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     return arrowsFor(f, shown, parentOf, pairs);
   }
 
-  /** The tile's layer for this frame: copied when it fits the view, else drawn (in slices). */
+  /** The tile's layer for this frame (layer.ts): copied when it fits the view, else drawn. */
   function paintTile(ctx: CanvasRenderingContext2D, dpr: number): string {
     if (!prepared) return "none";
-    const w = canvas.clientWidth - GUTTER;
-    const nsPerPx = (state.t1 - state.t0) / w;
+    const nsPerPx = (state.t1 - state.t0) / (canvas.clientWidth - GUTTER);
     const key: LayerKey = { prepared, layoutVersion, search: state.search, dpr, nsPerPx };
-    const need = { t0: state.t0, t1: state.t1, y0: state.scrollY, y1: state.scrollY + canvas.clientHeight - RULER };
-    let kind = "copy";
-    if (!layer || !layer.fits(key, need)) {
-      if (!next || !next.fits(key, need)) next = new Layer(key, drawn, need);
-      kind = "draw";
-      if (next.step(SLICE_MS)) [layer, next] = [next, null];
-      else (kind = "slice"), redraw();
-    }
-    const l = layer;
-    if (!l || l.key.layoutVersion !== layoutVersion || l.key.dpr !== dpr) return kind;
-    // the layer at its place: exact device pixels at its own scale, stretched (a preview) at another
-    const scale = l.key.nsPerPx / nsPerPx;
-    const x = Math.round((GUTTER + (l.t0 - state.t0) / nsPerPx) * dpr) / dpr;
-    const y = Math.round((RULER + l.yTop - state.scrollY) * dpr) / dpr;
-    const same = Math.abs(scale - 1) < 1e-6;
-    ctx.imageSmoothingEnabled = !same;
-    ctx.drawImage(l.canvas, x, y, (l.canvas.width / dpr) * (same ? 1 : scale), l.canvas.height / dpr);
+    const view = { t0: state.t0, t1: state.t1, y0: state.scrollY, y1: state.scrollY + canvas.clientHeight - RULER };
+    const kind = painter.paint(ctx, key, view, drawn);
+    if (kind === "slice") redraw(); // the rest at the next frame
     return kind;
   }
 
