@@ -114,6 +114,11 @@ export interface Need {
   y1: number;
 }
 
+const roundUp = (n: number): number => Math.ceil(n / 256) * 256;
+
+/** The pixels of merged columns, reused from layer to layer (cleared, not reallocated). */
+let scratch: ImageData | null = null;
+
 const SLICE = 256; // items between two looks at the clock
 const SLICE_MS = 4; // a new layer: at most this much drawing per frame (its raster costs about as much again)
 
@@ -132,10 +137,16 @@ export class Layer {
   private readonly rowOf: (Layout | null)[];
   private readonly match: Uint8Array | null;
 
+  readonly cw: number; // device px of the canvas drawn (the canvas may be larger: recycled)
+  readonly ch: number;
+
+  /** `spare`: the canvas of a layer no longer shown, reused when large enough (no new 10 MB
+   * allocation per tile, no garbage to collect while panning). */
   constructor(
     readonly key: LayerKey,
     rows: Map<string, Layout>,
     need: Need,
+    spare: OffscreenCanvas | null = null,
   ) {
     const tile = key.prepared.tile;
     const span = need.t1 - need.t0;
@@ -145,8 +156,15 @@ export class Layer {
     this.yTop = Math.max(0, need.y0 - rowsH / 2);
     this.w = Math.min(Math.ceil((this.t1 - this.t0) / key.nsPerPx) + 4, Math.floor(8192 / key.dpr));
     this.h = Math.min(Math.ceil(2 * rowsH) + 4, Math.floor(8192 / key.dpr));
-    this.canvas = new OffscreenCanvas(Math.max(1, Math.ceil(this.w * key.dpr)), Math.max(1, Math.ceil(this.h * key.dpr)));
+    this.cw = Math.max(1, Math.ceil(this.w * key.dpr));
+    this.ch = Math.max(1, Math.ceil(this.h * key.dpr));
+    const fits = (c: OffscreenCanvas): boolean => c.width >= this.cw && c.height >= this.ch && c.width < this.cw + 512 && c.height < this.ch + 512;
+    this.canvas = spare && fits(spare) ? spare : new OffscreenCanvas(roundUp(this.cw), roundUp(this.ch));
     this.ctx = this.canvas.getContext("2d") as OffscreenCanvasRenderingContext2D;
+    this.ctx.setTransform(1, 0, 0, 1, 0, 0);
+    if (this.canvas === spare) this.ctx.clearRect(0, 0, spare.width, spare.height);
+    this.ctx.globalAlpha = 1; // a recycled context keeps what an unfinished layer left
+    this.ctx.lineWidth = 1;
     this.ctx.scale(key.dpr, key.dpr);
     this.ctx.font = "11px system-ui, sans-serif";
     this.rowOf = tile.rows.map((id) => rows.get(id) ?? null);
@@ -194,7 +212,7 @@ export class Layer {
     const colT = (t.t1 - t.t0) / t.width;
     const pxPerCol = colT / this.key.nsPerPx;
     const W = this.canvas.width;
-    const H = this.canvas.height;
+    const H = this.ch;
     // the rows holding merged columns: the band of the layer to write
     let lo = H;
     let hi = 0;
@@ -204,14 +222,16 @@ export class Layer {
       hi = Math.max(hi, Math.min(H, Math.ceil((r.y - this.yTop + r.h) * dpr)));
     }
     if (hi <= lo) return 0;
-    const img = new ImageData(W, hi - lo);
+    if (!scratch || scratch.width !== W || scratch.height < hi - lo) scratch = new ImageData(W, roundUp(hi - lo));
+    const img = scratch;
     const px = new Uint32Array(img.data.buffer);
+    px.fill(0, 0, W * (hi - lo));
     for (let i = 0; i < n; i++) {
       const r = this.rowOf[p.runRow[i]!];
       if (!r) continue;
       const x = this.x(t.t0 + p.runCol[i]! * colT);
       const x0 = Math.max(0, Math.round(x * dpr));
-      const x1 = Math.min(W, Math.max(x0 + 1, Math.round((x + p.runCols[i]! * pxPerCol) * dpr)));
+      const x1 = Math.min(this.cw, Math.max(x0 + 1, Math.round((x + p.runCols[i]! * pxPerCol) * dpr)));
       if (x1 <= x0) continue;
       const lane = laneOf(r, p.runDepth[i]!);
       const lh = laneHeight(lane);
@@ -223,7 +243,7 @@ export class Layer {
       const color = BUSY_PIXELS[level]!;
       for (let y = y0; y < y1; y++) px.fill(color, (y - lo) * W + x0, (y - lo) * W + x1);
     }
-    this.ctx.putImageData(img, 0, lo);
+    this.ctx.putImageData(img, 0, lo, 0, 0, this.cw, hi - lo);
     return 0;
   }
 
@@ -396,6 +416,7 @@ export class Layer {
 export class Painter {
   private layer: Layer | null = null;
   private next: Layer | null = null;
+  private spare: OffscreenCanvas | null = null;
 
   /** Draw the tile's layer into the frame (clipped by the caller): "copy" when the last layer fits
    * the view, "draw" when a new one was drawn whole, "slice" when drawn in part (the last one
@@ -403,10 +424,16 @@ export class Painter {
   paint(ctx: CanvasRenderingContext2D, key: LayerKey, view: Need, rows: Map<string, Layout>): string {
     let kind = "copy";
     if (!this.layer || !this.layer.fits(key, view)) {
-      if (!this.next || !this.next.fits(key, view)) this.next = new Layer(key, rows, view);
+      if (!this.next || !this.next.fits(key, view)) {
+        if (this.next) this.spare = this.next.canvas;
+        this.next = new Layer(key, rows, view, this.spare);
+        if (this.spare === this.next.canvas) this.spare = null;
+      }
       kind = "draw";
-      if (this.next.step(SLICE_MS)) [this.layer, this.next] = [this.next, null];
-      else kind = "slice";
+      if (this.next.step(SLICE_MS)) {
+        if (this.layer) this.spare = this.layer.canvas;
+        [this.layer, this.next] = [this.next, null];
+      } else kind = "slice";
     }
     const l = this.layer;
     if (!l || l.key.layoutVersion !== key.layoutVersion || l.key.dpr !== key.dpr) return kind;
@@ -417,7 +444,7 @@ export class Painter {
     const y = Math.round((RULER + l.yTop - view.y0) * dpr) / dpr;
     const same = Math.abs(scale - 1) < 1e-6;
     ctx.imageSmoothingEnabled = !same;
-    ctx.drawImage(l.canvas, x, y, (l.canvas.width / dpr) * (same ? 1 : scale), l.canvas.height / dpr);
+    ctx.drawImage(l.canvas, 0, 0, l.cw, l.ch, x, y, (l.cw / dpr) * (same ? 1 : scale), l.ch / dpr);
     return kind;
   }
 }
