@@ -103,24 +103,28 @@ export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | 
     ctx.strokeRect(selected.x - 1, selected.y - 1, selected.w + 2, selected.h + 2);
     ctx.lineWidth = 1;
   }
-  // launch → kernel arrows; an end hidden in a closed group goes to the group's line, dashed
+  // launch → kernel arrows; an end hidden in a closed group goes to the group's line, dashed.
+  // One path per line style and one for the heads: thousands of arrows cost three draws.
   ctx.strokeStyle = "#c62828";
   ctx.fillStyle = "#c62828";
+  const lines = [new Path2D(), new Path2D()]; // solid, dashed
+  const heads = new Path2D();
   for (const a of arrows) {
     const bow = Math.abs(a.y1 - a.y0) < 12 ? -14 : 0; // both ends on one line: an arc above it
     const mid = (a.y0 + a.y1) / 2 + bow;
-    ctx.setLineDash(a.dashed ? [4, 3] : []);
-    ctx.beginPath();
-    ctx.moveTo(a.x0, a.y0);
-    ctx.bezierCurveTo(a.x0, mid, a.x1, mid, a.x1, a.y1);
-    ctx.stroke();
-    ctx.setLineDash([]);
-    ctx.beginPath();
-    ctx.moveTo(a.x1, a.y1);
-    ctx.lineTo(a.x1 - 4, a.y1 - 7);
-    ctx.lineTo(a.x1 + 4, a.y1 - 7);
-    ctx.fill();
+    const path = lines[a.dashed ? 1 : 0]!;
+    path.moveTo(a.x0, a.y0);
+    path.bezierCurveTo(a.x0, mid, a.x1, mid, a.x1, a.y1);
+    heads.moveTo(a.x1, a.y1);
+    heads.lineTo(a.x1 - 4, a.y1 - 7);
+    heads.lineTo(a.x1 + 4, a.y1 - 7);
+    heads.closePath();
   }
+  ctx.stroke(lines[0]!);
+  ctx.setLineDash([4, 3]);
+  ctx.stroke(lines[1]!);
+  ctx.setLineDash([]);
+  ctx.fill(heads);
   ctx.restore();
   drawRuler(s);
 }
