@@ -13,8 +13,11 @@ With ``--browser``, the first run's profile is also entered in a store's catalog
 Debian's chromium (headless) through a fresh ``hyperscope ui``: *first paint* = navigation start
 to the row tree and first tile drawn, with the index already built (as after a first look) and
 cold (the server builds it); *all rows* = opening every group to the first tile of all rows drawn;
-*pan frame* = the canvas's draw time for each frame while panning with the D key (median, max),
-with the number of events and merged columns drawn in each frame.
+*pan frames* = with every row open, for a window of the whole run, 1/10 and 1/100 of it (centred):
+20 presses of D/A (each brings a new tile, whose layer is drawn: *draw*, or *slice* when spread over
+frames) then a 40-move mouse drag (the layer copied: *copy*); for every frame, the canvas's script
+time and the *visible events*: events overlapping the view plus the events counted in the merged
+columns in view (what the frame shows, drawn one by one or merged per pixel column).
 
 Beside these, the size the same profile would have as Kineto JSON: a small profile of the same
 shape is exported with ``hyperscope export`` (Chrome-trace JSON, as Kineto writes it) and its bytes
@@ -144,7 +147,7 @@ def pan_frames(page: Any, share: float) -> dict[str, Any]:
     page.mouse.move(x, y)
     page.mouse.down()
     for i in range(40):
-        page.mouse.move(x + (i + 1) * (8 if i < 20 else -8) - (320 if i >= 20 else 0) * 0, y)
+        page.mouse.move(x + 8 * (i + 1 if i < 20 else 39 - i), y)  # 160 px right, then back
         page.wait_for_timeout(16)
     page.mouse.up()
     page.wait_for_timeout(300)
@@ -282,11 +285,42 @@ def main() -> None:
             for old in (first / "derived").glob("timeline-*"):  # cold: the server builds it
                 shutil.rmtree(old)
             browser = browser_figures(home, register(home, first))
-            print("\nbrowser:", browser)
+            print_browser(browser)
     write_results(
         "timeline_tiles",
         {"width": args.width, "json_bytes_per_event": bpe, "runs": results, "browser": browser},
     )
+
+
+def print_browser(b: dict[str, Any]) -> None:
+    if "skipped" in b:
+        print(f"\nbrowser: skipped ({b['skipped']})")
+        return
+    print(
+        f"\nbrowser: first paint {b['first_paint_cold_ms']:.0f} ms (index cold), "
+        f"{b['first_paint_warm_ms']:.0f} ms (warm); all rows {b['all_rows_ms']:.0f} ms"
+    )
+    rows = []
+    for view, _ in PAN_WINDOWS:
+        f = b[f"pan {view}"]
+        rows.append(
+            [
+                view,
+                f["frames"],
+                " ".join(f"{k} {n}" for k, n in f["kinds"].items()),
+                f"{f['visible_min']:,}-{f['visible_max']:,}",
+                f"{f['events_max']:,}",
+                round(f["median_ms"], 1),
+                round(f["max_ms"], 1),
+                f["worst_kind"],
+                "met" if f["max_ms"] <= 16 else "missed",
+            ]
+        )
+    print_table(
+        ["pan window", "frames", "kinds", "visible events/frame", "drawn events", "median ms", "max ms",
+         "worst", "≤ 16 ms"],
+        rows,
+    )  # fmt: skip
 
 
 def tl_fmt(ns: int) -> str:
