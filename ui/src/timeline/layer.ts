@@ -114,6 +114,9 @@ export interface Need {
   y1: number;
 }
 
+const FEW_RUNS = 2000; // fewer runs of merged columns are drawn as rectangles, more as pixels
+const BUSY_CSS = Array.from(BUSY_PIXELS, (c) => `rgb(${c & 255} ${(c >> 8) & 255} ${(c >> 16) & 255})`);
+
 const roundUp = (n: number): number => Math.ceil(n / 256) * 256;
 
 /** The pixels of merged columns, reused from layer to layer (cleared, not reallocated). */
@@ -153,9 +156,9 @@ export class Layer {
     this.t0 = Math.max(tile.t0, need.t0 - span / 2);
     this.t1 = Math.max(this.t0, Math.min(tile.t1, need.t1 + span / 2));
     const rowsH = need.y1 - need.y0;
-    this.yTop = Math.max(0, need.y0 - rowsH / 2);
+    this.yTop = Math.max(0, need.y0 - rowsH / 4); // a quarter of a screen above and below
     this.w = Math.min(Math.ceil((this.t1 - this.t0) / key.nsPerPx) + 4, Math.floor(8192 / key.dpr));
-    this.h = Math.min(Math.ceil(2 * rowsH) + 4, Math.floor(8192 / key.dpr));
+    this.h = Math.min(Math.ceil(1.5 * rowsH) + 4, Math.floor(8192 / key.dpr));
     this.cw = Math.max(1, Math.ceil(this.w * key.dpr));
     this.ch = Math.max(1, Math.ceil(this.h * key.dpr));
     const fits = (c: OffscreenCanvas): boolean => c.width >= this.cw && c.height >= this.ch && c.width < this.cw + 512 && c.height < this.ch + 512;
@@ -208,6 +211,7 @@ export class Layer {
     const t = p.tile;
     const n = p.runRow.length;
     if (n === 0) return 0;
+    if (n < FEW_RUNS) return this.binRects();
     const dpr = this.key.dpr;
     const colT = (t.t1 - t.t0) / t.width;
     const pxPerCol = colT / this.key.nsPerPx;
@@ -244,6 +248,34 @@ export class Layer {
       for (let y = y0; y < y1; y++) px.fill(color, (y - lo) * W + x0, (y - lo) * W + x1);
     }
     this.ctx.putImageData(img, 0, lo, 0, 0, this.cw, hi - lo);
+    return 0;
+  }
+
+  /** a few runs of merged columns (a busy stream at a wide view): rectangles */
+  private binRects(): number {
+    const { ctx } = this;
+    const p = this.key.prepared;
+    const t = p.tile;
+    const colT = (t.t1 - t.t0) / t.width;
+    const pxPerCol = colT / this.key.nsPerPx;
+    let level = -1;
+    for (let i = 0; i < p.runRow.length; i++) {
+      const r = this.rowOf[p.runRow[i]!];
+      if (!r) continue;
+      const x = this.x(t.t0 + p.runCol[i]! * colT);
+      const w = Math.max(1, p.runCols[i]! * pxPerCol);
+      if (x + w < 0 || x > this.w) continue;
+      const lane = laneOf(r, p.runDepth[i]!);
+      const lh = laneHeight(lane);
+      const top = r.y - this.yTop + laneTop(lane);
+      if (top > this.h || top + lh < 0) continue;
+      if (p.runLevel[i] !== level) {
+        level = p.runLevel[i]!;
+        ctx.fillStyle = BUSY_CSS[level]!;
+      }
+      const hh = Math.max(lh > 6 ? 2 : 1, (lh * (level + 1)) / BUSY_LEVELS);
+      ctx.fillRect(x, top + lh - hh, w, hh);
+    }
     return 0;
   }
 
