@@ -4,6 +4,7 @@ the first one's name and id; ``[memory]`` instants and counters are never marks.
 from __future__ import annotations
 
 import bisect
+import importlib
 import random
 import shutil
 from pathlib import Path
@@ -181,3 +182,27 @@ def test_marks_survive_a_read_back(marked: Profile, tmp_path: Path) -> None:
     shutil.copytree(marked.path, copy)
     index = tl.index._read(tl.index.index_dir(Profile.open(copy)))
     assert index is not None and len(index.m_ts) == len(tl.load(marked).m_ts)
+
+
+def test_marks_stay_bounded_where_instants_are_dense(
+    marked: Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over MAX_MARKS, one mark stands for 2, 4, ... columns; every instant is still counted once,
+    under the mark of the first of its merged columns."""
+    index = tl.load(marked)
+    truth = brute_instants(marked)
+    lo, hi = tl.span(index)
+    row_ids = sorted(r.id for r in index.rows)
+    full = tl.tile(index, row_ids, lo, hi + 1, 8192)
+    monkeypatch.setattr(
+        importlib.import_module("hyperscope.timeline.tile"), "MAX_MARKS", len(full.m_row) // 3
+    )
+    t = tl.tile(index, row_ids, lo, hi + 1, 8192)
+    assert 0 < len(t.m_row) <= len(full.m_row) // 3
+    assert int(t.m_count.sum()) == int(full.m_count.sum()) == len(index.m_ts)
+    for r, rid in enumerate(row_ids):  # per row: the first mark is the row's first instant
+        mine = np.flatnonzero(t.m_row == r)
+        if truth.get(rid):
+            first = mine[np.argmin(t.m_ts[mine])]
+            assert (int(t.m_ts[first]), int(t.m_id[first])) == truth[rid][0][:2]
+            assert int(t.m_count[mine].sum()) == len(truth[rid])

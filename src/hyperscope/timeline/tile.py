@@ -33,6 +33,8 @@ MAX_ROWS: Final = 256
 MAX_EVENTS: Final = 30_000
 #: merged columns per tile: 20 bytes each, 0.6 MB at most
 MAX_BINS: Final = 30_000
+#: marks per tile (26 bytes each) before one mark stands for 2, 4, ... columns
+MAX_MARKS: Final = 20_000
 MAGIC: Final = b"HSTL"
 
 
@@ -256,6 +258,13 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
                 bins.append((r, d, cols, count[cols], busy[cols]))
     all_idx = np.concatenate(ev_parts) if ev_parts else np.zeros(0, np.int64)
     m_row, m_first, m_count = _marks(index, infos, edges)
+    mark_span = 1
+    while len(m_row) > MAX_MARKS:  # dense instants on many rows: one mark per 2, 4, ... columns
+        mark_span *= 2
+        coarse = (
+            edges[::mark_span] if (len(edges) - 1) % mark_span == 0 else np.r_[edges[::mark_span], edges[-1]]
+        )
+        m_row, m_first, m_count = _marks(index, infos, coarse)
     m_names = np.asarray(index.m_name[m_first], dtype=np.int64)
     names, inverse = np.unique(
         np.concatenate([np.asarray(index.name[all_idx], dtype=np.int64), m_names]), return_inverse=True
