@@ -137,7 +137,9 @@ def kernel_flow(pg: Any, served: Served, streams: list[str], step: str, search: 
     assert target is not None, f"no kernel drawn on {streams}"
     stream = target["row"]
     box = pg.locator("#tl-canvas").bounding_box()
-    y = pg.evaluate(f"(id) => {TL}.rowY(id)", stream) + 2 + target["depth"] * 16 + 6
+    y = pg.evaluate(
+        f"([id, d]) => {TL}.rowY(id) + {TL}.laneTop(d) + {TL}.laneHeight(d) / 2", [stream, target["depth"]]
+    )
     pg.mouse.click(box["x"] + target["x"], box["y"] + y)
     pg.wait_for_function(f"(id) => {TL}.state.selected && {TL}.state.selected.id === id", arg=target["id"])
     assert target["name"] in pg.inner_text("#tl-details")
