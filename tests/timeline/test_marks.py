@@ -206,3 +206,20 @@ def test_marks_stay_bounded_where_instants_are_dense(
             first = mine[np.argmin(t.m_ts[mine])]
             assert (int(t.m_ts[first]), int(t.m_id[first])) == truth[rid][0][:2]
             assert int(t.m_count[mine].sum()) == len(truth[rid])
+
+
+def test_search_finds_instants_by_start(marked: Profile) -> None:
+    index = tl.load(marked)
+    truth = brute_instants(marked)
+    want = sorted(
+        (ts, eid, rid)
+        for rid, evs in truth.items()
+        for ts, eid, name in evs
+        if "iteration start" in name.lower()
+    )
+    total, got = tl.search(index, "ITERATION start")
+    assert total == len(want) == 2
+    assert [(e["ts_ns"], e["id"], e["row"]) for e in got] == want
+    assert {e["kind"] for e in got} == {"instant"}
+    ev = tl.event(marked, index, got[0]["id"], got[0]["row"])
+    assert ev["fields"]["name"] == "Iteration Start: PyTorch Profiler"

@@ -205,7 +205,31 @@ def search(index: Index, text: str, limit: int = MAX_MATCHES) -> tuple[int, list
     ids = [i for i, n in enumerate(index.names) if needle in n.lower()]
     if not ids:
         return 0, []
-    hit = np.flatnonzero(np.isin(index.name, np.asarray(ids, dtype=np.int32)))
-    total = len(hit)
+    wanted = np.asarray(ids, dtype=np.int64)
+    hit = np.flatnonzero(np.isin(index.name, wanted))
+    marks = np.flatnonzero(np.isin(index.m_name, wanted))  # instants (drawn as marks) match too
+    total = len(hit) + len(marks)
     first = hit[np.argsort(index.ts[hit], kind="stable")[:limit]]
-    return total, [_event(index, int(i), "match") for i in first]
+    out = [_event(index, int(i), "match") for i in first]
+    if len(marks):
+        first_marks = marks[np.argsort(index.m_ts[marks], kind="stable")[:limit]]
+        out += [_instant(index, int(j)) for j in first_marks]
+        out.sort(key=lambda e: e["ts_ns"])
+        del out[limit:]
+    return total, out
+
+
+def _instant(index: Index, j: int) -> dict[str, Any]:
+    info = next(r for r in index.rows if r.m_start <= j < r.m_stop)
+    return {
+        "role": "match",
+        "row": info.id,
+        "id": int(index.m_src[j]),
+        "name": index.names[int(index.m_name[j])],
+        "kind": "instant",
+        "ts_ns": int(index.m_ts[j]),
+        "dur_ns": 0,
+        "depth": 0,
+        "correlation": -1,
+        "rank": info.rank,
+    }
