@@ -240,11 +240,20 @@ def test_instant_marks(page: Any, deep: Served) -> None:
     page.mouse.click(box["x"] + single["x"] + 2, box["y"] + top + 2)
     page.wait_for_function(f"(id) => {TL}.state.selected && {TL}.state.selected.id === id", arg=single["id"])
     assert "in this pixel column" not in page.inner_text("#tl-details")
+    before = state(page, "s.tiles")
     page.fill("#tl-search", "marker_a")
     page.press("#tl-search", "Enter")
-    page.wait_for_function(f"() => {TL}.state.search === 'marker_a'", timeout=TIMEOUT_MS)
+    # both found, the first selected and brought into view, its mark outlined in yellow
+    page.wait_for_function(
+        f"() => {{ const s = {TL}.state;"
+        " return s.matchTotal === 2 && s.selected?.fields.name === 'marker_a'; }",
+        timeout=TIMEOUT_MS,
+    )
+    wait_tile(page, before)
     page.wait_for_timeout(200)  # a frame
-    # the marks of that name outlined in yellow (the server's search counts events, not instants)
-    near = [pixel(page, single["x"] + dx, top + 1 + dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)]
+    first = min((m for m in marks if m["name"] == "marker_a"), key=lambda m: m["ts"])
+    assert state(page, "s.selected.id") == first["id"]
+    x = page.evaluate(f"(t) => {TL}.xOf(t)", first["ts"])
+    near = [pixel(page, x + dx, top + 1 + dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)]
     assert any(r > 200 and g > 150 and b < 100 for r, g, b, _ in near), near
     screenshot(page, "timeline-instant-search")

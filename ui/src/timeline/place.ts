@@ -23,6 +23,13 @@ export function eventRect(f: Frame, tile: Tile, i: number): Rect | null {
   return { x: x0, y: r.y - f.scrollY + RULER + laneTop(lane), w: x1 - x0, h: laneHeight(lane) };
 }
 
+/** An instant mark's outline when selected. */
+export function markRect(f: Frame, tile: Tile, i: number): Rect | null {
+  const r = f.drawn.get(tile.rows[tile.mRow[i]!]!);
+  if (!r) return null;
+  return { x: f.xOf(tile.mTs[i]!) - 5, y: r.y - f.scrollY + RULER + 1, w: 10, h: MARK_H + 2 };
+}
+
 /** The event drawn at (x, y) in a row (`dy` px below its top), or -1. */
 export function eventAt(f: Frame, tile: Tile, row: Layout, x: number, dy: number): number {
   const k = tile.rows.indexOf(row.id);

@@ -12,7 +12,7 @@ import { installInput } from "./input";
 import { type LayerKey, Painter, prepare, type Prepared, visibleEvents } from "./layer";
 import { buildLayout, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
-import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt } from "./place";
+import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
 import { state } from "./state";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
@@ -130,7 +130,9 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const id = state.selected?.id ?? null;
     if (!t || id === null) return null;
     if (selIndex[0] !== t || selIndex[1] !== id) selIndex = [t, id, t.id.indexOf(id)];
-    return selIndex[2] < 0 ? null : eventRect(f, t, selIndex[2]);
+    if (selIndex[2] >= 0) return eventRect(f, t, selIndex[2]);
+    const mark = t.mId.indexOf(id); // an instant: its mark (few per tile)
+    return mark < 0 ? null : markRect(f, t, mark);
   }
 
   function selfRef(): TlEventRef | null {
