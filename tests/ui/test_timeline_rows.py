@@ -228,18 +228,18 @@ def test_instant_marks(page: Any, deep: Served) -> None:
     box = page.locator("#tl-canvas").bounding_box()
     page.mouse.move(box["x"] + dense["x"], box["y"] + top + 3)
     page.wait_for_function("() => document.getElementById('tl-canvas').title.includes('marker_b')")
-    assert "3 in this pixel column" in page.get_attribute("#tl-canvas", "title")
+    assert "3 under this mark" in page.get_attribute("#tl-canvas", "title")
     page.mouse.click(box["x"] + dense["x"], box["y"] + top + 3)
     page.wait_for_function(f"(id) => {TL}.state.selected && {TL}.state.selected.id === id", arg=dense["id"])
     details = page.inner_text("#tl-details")
-    assert "marker_b" in details and "instant" in details and "3 in this pixel column" in details
+    assert "marker_b" in details and "instant" in details and "3 under this mark" in details
     assert state(page, "s.selected.fields.ph") == "i"
     screenshot(page, "timeline-instant-marks")
     # a single one; then a search for its name outlines it
     single = next(m for m in marks if m["name"] == "marker_a")
     page.mouse.click(box["x"] + single["x"] + 2, box["y"] + top + 2)
     page.wait_for_function(f"(id) => {TL}.state.selected && {TL}.state.selected.id === id", arg=single["id"])
-    assert "in this pixel column" not in page.inner_text("#tl-details")
+    assert "under this mark" not in page.inner_text("#tl-details")
     before = state(page, "s.tiles")
     page.fill("#tl-search", "marker_a")
     page.press("#tl-search", "Enter")

@@ -28,8 +28,8 @@ export function renderDetails(
       ["duration", fmtDuration(Number(f.dur_ns ?? 0))],
       ["row", d.row ?? ""],
     ];
-    // an instant mark stands for every instant of its row in its pixel column
-    if (instants > 1) lines.splice(2, 0, ["instants here", `${instants.toLocaleString()} in this pixel column (the first shown)`]);
+    // an instant mark stands for every instant of its row in its pixel column (or columns)
+    if (instants > 1) lines.splice(2, 0, ["instants here", `${instants.toLocaleString()} under this mark (the first shown)`]);
     for (const [k, v] of Object.entries(f)) {
       if (["name", "kind", "ts_ns", "dur_ns"].includes(k)) continue;
       lines.push([k, typeof v === "object" ? JSON.stringify(v) : String(v)]);

@@ -19,7 +19,7 @@ export interface TimelineState {
   tiles: number;
   loading: boolean;
   selected: TlDetails | null;
-  /** the selection came from an instant mark: how many instants its pixel column holds (else 0) */
+  /** the selection came from an instant mark: how many instants it stands for (else 0) */
   selectedInstants: number;
   search: string;
   matches: TlEventRef[];

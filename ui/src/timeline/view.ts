@@ -354,7 +354,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     let title = "";
     if (found && t && found.mark >= 0) {
       const n = t.mCount[found.mark]!;
-      title = `${t.names[t.mName[found.mark]!]} · instant${n > 1 ? ` (${n.toLocaleString()} in this pixel column)` : ""}`;
+      title = `${t.names[t.mName[found.mark]!]} · instant${n > 1 ? ` (${n.toLocaleString()} under this mark)` : ""}`;
     } else if (found && t && found.event >= 0) {
       title = `${t.names[t.name[found.event]!]} · ${fmtDuration(t.dur[found.event]!)}`;
     }
