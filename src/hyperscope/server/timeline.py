@@ -51,13 +51,19 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
     """The endpoints, over the app's catalog look-up and query limits."""
     api = APIRouter(prefix="/api/profiles/{profile_id}/timeline", tags=["timeline"])
 
-    def run(profile_id: str, what: str, work: Callable[[tl.Index, duckdb.DuckDBPyConnection], Any]) -> Any:
+    def run(
+        profile_id: str,
+        what: str,
+        work: Callable[[tl.Index, duckdb.DuckDBPyConnection], Any],
+        *,
+        lazy: bool = False,
+    ) -> Any:
         hit, profile = open_profile(profile_id)
 
         def job(con: duckdb.DuckDBPyConnection) -> Any:
             return work(tl.load(profile), con)
 
-        return limits.run(profile, job, what), hit, profile
+        return limits.run(profile, job, what, lazy=lazy), hit, profile
 
     @api.get("/rows")
     def get_rows(profile_id: str) -> Response:
@@ -109,7 +115,8 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
             t.row_ids = event_ids + sample_ids
             return tl.encode(t)
 
-        payload, _, _ = run(profile_id, "a timeline tile", work)
+        # the index answers event rows alone: DuckDB is opened only for sample rows
+        payload, _, _ = run(profile_id, "a timeline tile", work, lazy=True)
         return Response(payload, media_type=MEDIA_TYPE)
 
     @api.get("/event")
@@ -137,7 +144,9 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
         correlation: Annotated[int, Query(ge=0, description="CUDA correlation id")],
     ) -> Response:
         """The launch and the kernel (memcpy, memset) sharing ``correlation`` on ``rank``."""
-        answer, _, _ = run(profile_id, "links", lambda index, con: tl.links(index, rank, correlation))
+        answer, _, _ = run(
+            profile_id, "links", lambda index, con: tl.links(index, rank, correlation), lazy=True
+        )
         return _json({"rank": rank, "correlation": correlation, "events": answer})
 
     @api.get("/flows")
@@ -151,7 +160,9 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
         row_ids = [r for r in rows.split(",") if r]
         if t1_ns <= t0_ns:
             raise UsageError(f"t1_ns {t1_ns}: expected a time after t0_ns ({t0_ns})")
-        answer, _, _ = run(profile_id, "flows", lambda index, con: tl.flows(index, row_ids, t0_ns, t1_ns))
+        answer, _, _ = run(
+            profile_id, "flows", lambda index, con: tl.flows(index, row_ids, t0_ns, t1_ns), lazy=True
+        )
         return _json({"flows": answer})
 
     @api.get("/search")
@@ -161,7 +172,7 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
         limit: Annotated[int, Query(ge=1, le=MAX_MATCHES)] = MAX_MATCHES,
     ) -> Response:
         """Events whose name holds ``q``: the count, and the first ``limit`` by start."""
-        answer, _, _ = run(profile_id, "a search", lambda index, con: tl.search(index, q, limit))
+        answer, _, _ = run(profile_id, "a search", lambda index, con: tl.search(index, q, limit), lazy=True)
         total, matches = answer
         return _json({"q": q, "total": total, "matches": matches})
 

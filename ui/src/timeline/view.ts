@@ -421,16 +421,17 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.rows = rows;
       state.origin = BigInt(rows.start_ns);
       state.span = [0, Math.max(1000, Number(BigInt(rows.end_ns) - state.origin))];
-      const names = [...new Set(rows.steps.map((s) => s.name))];
-      stepSelect.replaceChildren(
-        h("option", { value: "" }, `zoom to step… (${names.length})`),
-        ...names.map((n) => h("option", { value: n }, n.replace(/^ProfilerStep#/, "step_"))),
-      );
       relayout();
       state.t0 = state.span[0];
       state.t1 = state.span[1];
       redraw();
       void fetchTile(); // at once: the first paint waits for no debounce
+      // thousands of steps make thousands of options: built while the first tile is on its way
+      const names = [...new Set(rows.steps.map((s) => s.name))];
+      stepSelect.replaceChildren(
+        h("option", { value: "" }, `zoom to step… (${names.length})`),
+        ...names.map((n) => h("option", { value: n }, n.replace(/^ProfilerStep#/, "step_"))),
+      );
     } catch (err) {
       showError(err);
     }
