@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +124,40 @@ def test_one_computation_per_scope_at_a_time(home: Home, tmp_path: Path) -> None
             t.join(120)
     assert sorted(a["cached"] for a in answers) == [False, True, True]  # type: ignore[type-var]
     assert answers[0]["tables"] == answers[1]["tables"] == answers[2]["tables"]
+
+
+def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timeline tiles of event rows are answered from the index alone: no connection is opened;
+    one that is opened on first use is still interrupted at the time limit and closed."""
+    import hyperscope.server.limits as limits_module
+
+    profile = Profile.open(profile_dir(home.path, home.big))
+    opened: list[object] = []
+    real = limits_module.connection
+
+    def counting(source: Profile) -> object:
+        opened.append(source)
+        return real(source)
+
+    monkeypatch.setattr(limits_module, "connection", counting)
+    limits = QueryLimits(timeout_s=0.5)
+    assert limits.run(profile, lambda con: 41 + 1, "no query", lazy=True) == 42
+    assert opened == []
+    assert limits.run(profile, lambda con: con.execute("SELECT 7").fetchall()[0][0], "one", lazy=True) == 7
+    assert len(opened) == 1
+    seen: list[BaseException] = []
+
+    def endless(con: Any) -> int:
+        try:
+            query = "SELECT count(*) FROM range(10000000000) a, range(1000) b"
+            return int(con.execute(query).fetchall()[0][0])
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    with pytest.raises(QueryTimeout):
+        limits.run(profile, endless, "endless", lazy=True)
+    for thread in query_threads():
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert seen and "INTERRUPT" in type(seen[0]).__name__.upper()
