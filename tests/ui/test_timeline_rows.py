@@ -70,6 +70,12 @@ def _trace(path: Path) -> None:
         instant("marker_b", 3000.4),
         instant("marker_a", 4500),
     ]
+    for k, total in enumerate([4096, 1_500_000, 6_000_000, 2_000_000]):  # the CUDA allocator's totals
+        events.append({
+            "ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": HOST, "tid": HOST,
+            "ts": 1200 + 900 * k, "args": {"Total Allocated": total, "Total Reserved": 8_000_000,
+                                           "Bytes": 1, "Addr": k, "Device Id": 0, "Device Type": 1},
+        })  # fmt: skip
     header = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_045_870_592}],
@@ -257,3 +263,33 @@ def test_instant_marks(page: Any, deep: Served) -> None:
     near = [pixel(page, x + dx, top + 1 + dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)]
     assert any(r > 200 and g > 150 and b < 100 for r, g, b, _ in near), near
     screenshot(page, "timeline-instant-search")
+
+
+def test_memory_track(page: Any, deep: Served) -> None:
+    """The allocator's ``[memory]`` totals: a curve under the GPU, its scale's top in the gutter."""
+    open_timeline(page, deep)
+    gpu, _, _ = open_gpu(page)
+    kids = child_ids(page, gpu)
+    mem = "mem/0/1/0/allocated"
+    assert kids[: kids.index(mem) + 2][-2:] == [mem, "mem/0/1/0/reserved"]
+    page.wait_for_function(f"(id) => {TL}.state.tile && {TL}.state.tile.rows.includes(id)", arg=mem)
+    curve = page.evaluate(
+        f"""(id) => {{ const t = {TL}.state.tile, k = t.rows.indexOf(id);
+              return Array.from(t.sVal).filter((v, i) => t.sRow[i] === k); }}""",
+        mem,
+    )
+    assert curve == [4096, 1_500_000, 6_000_000, 2_000_000]
+    page.wait_for_function(f"() => {TL}.scales()[{json.dumps(mem)}] !== undefined")
+    scales = page.evaluate(f"() => {TL}.scales()")
+    assert scales[mem] == "top 6 MB" and scales["mem/0/1/0/reserved"] == "top 8 MB"
+    # the peak fills its row: at the peak's time, just under the row's top, the curve's green
+    peak_x = page.evaluate(
+        f"""(id) => {{ const t = {TL}.state.tile, k = t.rows.indexOf(id);
+              for (let i = 0; i < t.sTs.length; i++) if (t.sRow[i] === k && t.sVal[i] === 6000000)
+                return {TL}.xOf(t.sTs[i]) + 3; }}""",
+        mem,
+    )
+    top = state(page, f"{TL}.rowY({json.dumps(mem)})")
+    r, g, b = pixel(page, peak_x, top + 6)[:3]
+    assert g > r and g > b, (r, g, b)
+    screenshot(page, "timeline-memory-track")

@@ -1,7 +1,9 @@
 // Canvas drawing of a timeline frame: row backgrounds and labels, the tile's layer (layer.ts: events,
 // merged columns, samples, instants, drawn once per tile and scale), the selection, launch → kernel
 // arrows and the ruler. Nothing here goes over the tile's events.
-import { GUTTER, type Layout, RULER } from "./geometry";
+import * as fmt from "../format";
+import type { Tile } from "./data";
+import { GUTTER, type Layout, RULER, scaleTop } from "./geometry";
 
 /** A time span in the unit that keeps 1-4 significant digits: 750 ns, 12.5 µs, 3.2 ms, 1.5 s. */
 export function fmtDuration(ns: number): string {
@@ -38,6 +40,27 @@ export interface DrawState {
   t1: number;
   scrollY: number;
   rows: Layout[];
+  /** sample rows: the value at the top of their scale, as text (from the tile in view) */
+  scales?: Map<string, string>;
+}
+
+/** The top of each sample row's scale in the tile, in the row's unit: what its full height means. */
+export function scaleLabels(t: Tile, rows: Map<string, Layout>): Map<string, string> {
+  const largest = new Map<number, number>();
+  for (let i = 0; i < t.sRow.length; i++) {
+    const k = t.sRow[i]!;
+    largest.set(k, Math.max(largest.get(k) ?? 0, t.sVal[i]!));
+  }
+  const out = new Map<string, string>();
+  for (const [k, v] of largest) {
+    const id = t.rows[k];
+    const r = id === undefined ? undefined : rows.get(id);
+    if (!r || !id) continue;
+    const top = scaleTop(r.unit, v);
+    const text = r.unit === "%" ? `${fmt.num(top, 0)}%` : r.unit === "bytes" ? fmt.bytes(top) : fmt.num(top, top < 10 ? 2 : 0);
+    out.set(id, `top ${text}${r.unit && r.unit !== "%" && r.unit !== "bytes" ? ` ${r.unit}` : ""}`);
+  }
+  return out;
 }
 
 /** A launch → kernel arrow in canvas px; dashed when an end's row is hidden in a closed group. */
@@ -92,6 +115,11 @@ export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | 
     ctx.fillStyle = "#1f2937";
     const arrow = r.type === "group" ? (r.open ? "▾ " : "▸ ") : "";
     ctx.fillText(arrow + r.label, 6 + r.level * 14, y + 15, GUTTER - 12 - r.level * 14);
+    const scale = r.type === "samples" ? s.scales?.get(r.id) : undefined;
+    if (scale) {
+      ctx.fillStyle = "#6b7280";
+      ctx.fillText(scale, 6 + r.level * 14, y + 28, GUTTER - 12 - r.level * 14);
+    }
   }
   ctx.beginPath();
   ctx.rect(GUTTER, RULER, s.width - GUTTER, s.height - RULER);

@@ -23,6 +23,15 @@ export interface Layout {
   lanes: number;
   /** a closed group: the device rows under it, drawn flattened on its line (what ran, where busy) */
   summary?: string[];
+  /** a sample row's unit ("%", "bytes", "per interval", "" for a counter) */
+  unit?: string;
+}
+
+/** The top of a sample row's scale: 100 for percentages (or more, a process over several cores),
+ * else the largest value in view, so a counter of 3 or a memory curve of 80 GB fills its row. */
+export function scaleTop(unit: string | undefined, largest: number): number {
+  if (unit === "%") return Math.max(100, largest);
+  return largest > 0 ? largest : 1;
 }
 
 /** px from a row's top to the top of nesting level `depth` */

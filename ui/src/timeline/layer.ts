@@ -4,7 +4,7 @@
 // layer meanwhile), and everything per event that does not depend on the view (colours, the
 // order by colour and by busyness, which names match the search) is computed once per tile.
 import type { Tile } from "./data";
-import { FULL_LANES, GUTTER, laneHeight, laneOf, laneTop, type Layout, MARK_H, RULER } from "./geometry";
+import { FULL_LANES, GUTTER, laneHeight, laneOf, laneTop, type Layout, MARK_H, RULER, scaleTop } from "./geometry";
 import { BUSY_LEVELS, BUSY_PIXELS, nameColor } from "./colors";
 
 /** A tile with what drawing needs, computed when it arrives. */
@@ -374,8 +374,9 @@ export class Layer {
       const top = r.y - this.yTop + 2;
       const hh = r.h - 5;
       if (top > this.h || top + hh < 0) continue;
-      let max = 100;
-      for (const i of idx) max = Math.max(max, t.sVal[i]!);
+      let largest = 0;
+      for (const i of idx) largest = Math.max(largest, t.sVal[i]!);
+      const max = scaleTop(r.unit, largest);
       const yOf = (v: number): number => top + hh - (hh * v) / max;
       ctx.beginPath();
       ctx.moveTo(Math.max(0, this.x(t.sTs[idx[0]!]!)), top + hh);

@@ -19,6 +19,7 @@ export function buildLayout(root: TlRow, open: Set<string>): Layout[] {
     const lanes = row.type === "events" ? Math.max(1, row.depths ?? 1) : 1; // every nesting level
     const hh = row.type === "group" ? GROUP_H : row.type === "samples" ? SAMPLE_H : eventRowHeight(lanes);
     const entry: Layout = { id: row.id, label: row.label, type: row.type, level, y, h: hh, open: isOpen, lanes };
+    if (row.type === "samples") entry.unit = row.unit ?? "";
     // a closed node or GPU draws its streams flattened on its line: never a blank page
     if (row.type === "group" && !isOpen && row.id !== "job") entry.summary = devices(row).slice(0, SUMMARY_ROWS);
     out.push(entry);

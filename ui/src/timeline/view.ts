@@ -6,7 +6,7 @@ import { showError } from "../errors";
 import { hooks } from "../hooks";
 import * as api from "./data";
 import type { TlEventRef, TlRow } from "./data";
-import { drawFrame, type DrawState, fmtDuration, type Rect, xOf } from "./draw";
+import { drawFrame, type DrawState, fmtDuration, type Rect, scaleLabels, xOf } from "./draw";
 import { GUTTER, laneHeight, laneTop, type Layout, RULER } from "./geometry";
 import { installInput } from "./input";
 import { type LayerKey, Painter, prepare, type Prepared, visibleEvents } from "./layer";
@@ -64,6 +64,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     xOf: (relNs: number) => xOf(drawState(), relNs),
     laneTop,
     laneHeight,
+    scales: () => Object.fromEntries(scales),
   };
   let abort: AbortController | null = null;
   let pending = 0;
@@ -72,6 +73,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   let layoutVersion = 0;
   let shown = new Map<string, Layout>(); // rows shown, by id
   let drawn = new Map<string, Layout>(); // and the device rows drawn on a closed group's line
+  let scales = new Map<string, string>(); // sample rows: the top of their scale in the tile
   let parentOf = new Map<string, string>();
   let selIndex: [unknown, number | null, number] = [null, null, -1]; // tile, id → index in the tile
 
@@ -92,7 +94,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   function drawState(): DrawState {
     const ctx = canvas.getContext("2d") as CanvasRenderingContext2D;
     const { t0, t1, scrollY } = state;
-    return { ctx, width: canvas.clientWidth, height: canvas.clientHeight, t0, t1, scrollY, rows: state.layout };
+    return { ctx, width: canvas.clientWidth, height: canvas.clientHeight, t0, t1, scrollY, rows: state.layout, scales };
   }
 
   function frame(): Frame {
@@ -201,6 +203,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       if (ticket !== pending) return;
       prepared = prepare(t);
       state.tile = t;
+      scales = scaleLabels(t, shown);
       const rows = ids.slice(0, 256);
       state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width };
       state.tiles += 1;
