@@ -104,12 +104,13 @@ def test_unload_with_the_trash_icon(page: Any, synth: Served) -> None:
     open_jobs(page, synth.url)
     load_job(page, synth.job)
     assert page.evaluate("Object.keys(window.__hyperscope.charts).length") == len(ALL_CHARTS)
-    # the loaded profile survives a reload; charts drawn while their page was hidden get their size
+    # the loaded profile survives a reload; the dashboard is queried when shown, at its full size
     page.click("a[data-route=jobs]")
     page.reload()
-    page.wait_for_function("window.__hyperscope.state === 'ready'", timeout=TIMEOUT_MS)
+    page.wait_for_function("document.body.dataset.route === 'jobs'", timeout=TIMEOUT_MS)
     assert synth.job in page.inner_text("#loaded-bar")
     page.click("a[data-route=dashboard]")
+    page.wait_for_function("window.__hyperscope.state === 'ready'", timeout=TIMEOUT_MS)
     page.wait_for_function(
         "() => Object.values(window.__hyperscope.charts).every(c => c.getWidth() > 99 && c.getHeight() > 99)",
         timeout=TIMEOUT_MS,

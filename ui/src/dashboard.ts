@@ -261,17 +261,21 @@ export function dashboardPage(): DashboardPage {
     }, REFRESH_MS);
   }
 
+  // Queried only while shown: a timeline opened by a link does not wait behind the dashboard's
+  // queries for the server's analysis slots.
   onLoadedChange((l) => {
+    if (!active) return;
     if ((l?.profileId ?? null) !== profileId) void open(l);
     else schedule();
   });
-  void open(loaded());
 
   return {
     root,
     setActive(on: boolean) {
       active = on;
       if (on) {
+        const l = loaded();
+        if ((l?.profileId ?? null) !== profileId) void open(l);
         for (const chart of Object.values(hooks.charts)) chart.resize();
         schedule();
       } else window.clearTimeout(timer);

@@ -4,7 +4,7 @@
 import "./style.css";
 
 import { getProfile } from "./api";
-import { dashboardPage } from "./dashboard";
+import type { DashboardPage } from "./dashboard";
 import { h } from "./dom";
 import { errorBanner, showError } from "./errors";
 import "./hooks";
@@ -15,8 +15,45 @@ import { timelinePage } from "./timeline/view";
 
 type Route = "jobs" | "dashboard" | "timeline" | "info";
 
+/** The dashboard and ECharts (two thirds of the code) in a chunk of their own, fetched when the
+ * dashboard is first shown or, before that, when the page has been idle a while: a timeline
+ * opened by a link paints without parsing them. */
+function lazyDashboard(): DashboardPage {
+  const root = h("div", { class: "lazy-page" });
+  let page: DashboardPage | null = null;
+  let active = false;
+  let loading: Promise<void> | null = null;
+  const ensure = (): Promise<void> =>
+    (loading ??= import("./dashboard").then(
+      ({ dashboardPage }) => {
+        page = dashboardPage();
+        root.replaceChildren(page.root);
+        page.setActive(active);
+      },
+      (err: unknown) => {
+        loading = null;
+        showError(err);
+      },
+    ));
+  const idle = (cb: () => void): void => {
+    if ("requestIdleCallback" in window) window.requestIdleCallback(cb, { timeout: 3000 });
+    else setTimeout(cb, 1500);
+  };
+  // not before the page's own first requests are answered: on 2 cores the chunk's parsing would
+  // slow the timeline's first paint
+  window.addEventListener("load", () => setTimeout(() => idle(() => void ensure()), 3000));
+  return {
+    root,
+    setActive(on: boolean) {
+      active = on;
+      if (page) page.setActive(on);
+      else if (on) void ensure();
+    },
+  };
+}
+
 const jobs = jobsPage(() => go("dashboard"));
-const dashboard = dashboardPage();
+const dashboard = lazyDashboard();
 const info = infoPage();
 const timeline = timelinePage();
 const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, info };
