@@ -23,12 +23,12 @@ TOKEN_URL = re.compile(r"open (http://\S+\?token=(\S+))")
 
 
 @contextmanager
-def running_ui(home: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
+def running_ui(home: Path, *args: str, cwd: Path | None = None) -> Iterator[tuple[str, list[str]]]:
     """Start ``hyperscope ui`` and yield its base URL and the lines it printed up to it."""
     env = {**os.environ, "COLUMNS": "200"}
     command = [sys.executable, "-m", "hyperscope", "ui", "--port", "0", "--no-browser", "--home", str(home)]
     proc = subprocess.Popen(
-        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
     )
     try:
         lines: list[str] = []
@@ -74,6 +74,14 @@ def test_ui_serves_the_api_over_http(home: Home) -> None:
         assert [j["name"] for j in json.loads(body)["jobs"]] == ["h200-transformer"]
         status, body = fetch(base + f"api/profiles/{home.h200}/filters")
         assert status == 200 and json.loads(body)["steps"] == {"min": 0, "max": 39}
+
+
+def test_ui_over_a_relative_home(home: Home) -> None:
+    """``--home store``, as typed in a shell: the catalog is found from the working directory."""
+    with running_ui(Path(home.path.name), cwd=home.path.parent) as (base, _):
+        status, body = fetch(base + "api/jobs?search=h200")
+        assert status == 200, body
+        assert [j["name"] for j in json.loads(body)["jobs"]] == ["h200-transformer"]
 
 
 def test_ui_beyond_loopback_prints_a_token_and_needs_it(home: Home) -> None:

@@ -101,7 +101,8 @@ def create_app(
     default dashboard of that many newest finished profiles, since the first look at a large
     profile is the one slow answer (seconds at 10M events) and is usually the newest job's.
     """
-    home = Path(home).expanduser()
+    # absolute: the catalog is opened read-only through a file: URI, which a relative path has not
+    home = Path(home).expanduser().resolve()
     if not (home / CATALOG_FILE).is_file():  # an empty store; an existing one is only read
         Store(home).close()
     catalog = CatalogReader(home)
