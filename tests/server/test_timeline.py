@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,24 @@ from tests.server.conftest import Home, local
 BASE = "/api/profiles/{}/timeline"
 
 
+def get_rows(client: TestClient, profile_id: str, **kwargs: Any) -> Any:
+    """GET /rows as the UI does: while the index is being built (503, ``building``), ask again."""
+    deadline = time.monotonic() + 120
+    while True:
+        r = client.get(BASE.format(profile_id) + "/rows", **kwargs)
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        assert r.json()["building"] is True and r.headers["retry-after"] == "1"
+        time.sleep(0.05)
+
+
 def _leaves(row: dict[str, Any]) -> list[dict[str, Any]]:
     kids = row.get("children", [])
     return [row] if not kids else [leaf for k in kids for leaf in _leaves(k)]
 
 
 def test_rows_then_tile_equal_the_engine(client: TestClient, home: Home) -> None:
-    got = client.get(BASE.format(home.h200) + "/rows")
+    got = get_rows(client, home.h200)
     assert got.status_code == 200
     body = got.json()
     assert isinstance(body["start_ns"], str) and int(body["end_ns"]) > int(body["start_ns"])
@@ -64,7 +76,7 @@ def test_rows_then_tile_equal_the_engine(client: TestClient, home: Home) -> None
 
 
 def test_tile_of_a_generated_profile_is_bounded(client: TestClient, home: Home) -> None:
-    body = client.get(BASE.format(home.big) + "/rows").json()
+    body = get_rows(client, home.big).json()
     rows = [leaf["id"] for leaf in _leaves(body["root"]) if leaf["type"] == "events"]
     r = client.get(
         BASE.format(home.big) + "/tile",
@@ -111,7 +123,7 @@ def test_timeline_needs_the_token(home: Home, tmp_path: Path) -> None:
     with local(app) as c:
         path = BASE.format(home.h200) + "/rows"
         assert c.get(path).status_code == 401
-        assert c.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert get_rows(c, home.h200, headers={"Authorization": "Bearer s3cret"}).status_code == 200
 
 
 def test_search_finds_every_match_by_start(client: TestClient, home: Home) -> None:
@@ -172,7 +184,7 @@ def test_tile_marks_of_an_imported_trace(tmp_path: Path) -> None:
         pid = store.import_traces([trace], "marks").profile.id
     app = create_app(home, static_dir=tmp_path / "none")
     with local(app) as c:
-        body = c.get(BASE.format(pid) + "/rows").json()
+        body = get_rows(c, pid).json()
         leaves = {leaf["id"]: leaf for leaf in _leaves(body["root"])}
         assert leaves["host/0/-1/-1"]["events"] == 0 and leaves["host/0/-1/-1"]["depths"] == 1
         rows = ["host/0/1000/1000", "host/0/-1/-1", "stream/0/0/7"]
@@ -201,3 +213,30 @@ def test_tile_marks_of_an_imported_trace(tmp_path: Path) -> None:
         ev = c.get(BASE.format(pid) + "/event", params={"id": first, "row": "host/0/1000/1000"}).json()
         assert ev["row"] == "host/0/1000/1000" and ev["fields"]["name"] == got[list(cols["m_row"]).index(0)]
         assert ev["fields"]["ph"] == "i" and isinstance(ev["fields"]["ts_ns"], str)
+
+
+def test_rows_answer_503_with_progress_while_the_index_is_built(tmp_path: Path) -> None:
+    """A profile that was not imported through the CLI (no index beside it): the first /rows
+    starts the build in the background and says how far it is; the index is then kept."""
+    from hyperscope.analysis.groundtruth import GroundTruthSpec
+    from hyperscope.store.store import Store
+    from tests.server.conftest import add_generated
+
+    home = tmp_path / "home"
+    with Store(home) as store:
+        pid = add_generated(store, "fresh", GroundTruthSpec(ranks=4, steps=200, kernels_per_step=12))
+    profile = Profile.open(profile_dir(home, pid))
+    assert not tl.index.ready(profile)
+    with local(create_app(home, static_dir=tmp_path / "none")) as c:
+        first = c.get(BASE.format(pid) + "/rows")
+        assert first.status_code == 503, first.text
+        body = first.json()
+        assert body["building"] is True and 0 <= body["progress"] <= 1
+        assert "hyperscope import" in body["detail"] and first.headers["retry-after"] == "1"
+        seen = []
+        while (r := c.get(BASE.format(pid) + "/rows")).status_code == 503:
+            seen.append(r.json()["progress"])
+            time.sleep(0.02)
+        assert r.status_code == 200 and r.json()["root"]["children"]
+        assert seen == sorted(seen) and all(0 <= x <= 1 for x in seen)
+    assert tl.index.ready(profile) and (tl.index.index_dir(profile) / "meta.json").is_file()

@@ -17,6 +17,7 @@ from hyperscope.server import create_app
 from hyperscope.store.profile import Profile
 from hyperscope.store.store import Store
 from hyperscope.timeline import tracks
+from tests.server.test_timeline import get_rows
 
 SHARED_H100 = Path(__file__).resolve().parents[3] / "shared" / "traces" / "TraceLens" / "h100"
 T0_US = 1_700_000_000_000_000  # epoch microseconds, as Kineto writes them
@@ -122,7 +123,7 @@ def test_the_server_lists_and_tiles_tracks(profile: Profile, tmp_path: Path) -> 
     home = profile.path.parents[1]
     with TestClient(create_app(home, static_dir=tmp_path / "none"), base_url="http://127.0.0.1:8321") as c:
         base = f"/api/profiles/{profile.meta.profile_id}/timeline"
-        body = c.get(base + "/rows").json()
+        body = get_rows(c, profile.meta.profile_id).json()
         text = json.dumps(body["root"])
         assert '"id": "mem/0/1/0/allocated"' in text and '"unit": "bytes"' in text
         t0 = T0_US * 1000

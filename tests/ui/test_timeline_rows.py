@@ -293,3 +293,21 @@ def test_memory_track(page: Any, deep: Served) -> None:
     r, g, b = pixel(page, peak_x, top + 6)[:3]
     assert g > r and g > b, (r, g, b)
     screenshot(page, "timeline-memory-track")
+
+
+def test_index_built_on_first_look_shows_progress(page: Any, tmp_path: Path) -> None:
+    """A profile written through the Python API has no index yet: the page says it is being built
+    (the server answers 503 with its progress), then draws the rows."""
+    trace = tmp_path / "rank0.pt.trace.json"
+    _trace(trace)
+    with Store(tmp_path / "home") as store:
+        store.import_traces([trace], "first-look")
+    for served in _serve(tmp_path / "home", "first-look"):
+        page.goto(f"{served.url}/#/timeline/{served.profile_id}")
+        page.wait_for_function(f"() => {TL} && {TL}.state.buildingSeen > 0", timeout=TIMEOUT_MS)
+        page.wait_for_function(
+            f"() => {TL}.state.rows !== null && {TL}.state.building === null", timeout=TIMEOUT_MS
+        )
+        wait_tile(page, 0)
+        assert child_ids(page, "job") == ["node/node-a"]
+        assert "building" not in page.inner_text("#timeline")

@@ -10,14 +10,17 @@ are decimal strings: epoch nanoseconds are beyond the integers a browser's numbe
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Final
 
 import duckdb
 import numpy as np
 import orjson
 from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from hyperscope import timeline as tl
 from hyperscope.errors import UsageError
@@ -47,6 +50,54 @@ def _json(body: object) -> Response:
     return Response(orjson.dumps(_strings(body)), media_type="application/json")
 
 
+@dataclass
+class _Build:
+    progress: float = 0.0
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _Builds:
+    """Timeline indexes being built in the background, one thread per profile state."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Path, _Build] = {}
+
+    def poll(self, profile: Profile) -> float | None:
+        """None when the index is there (or its build failed: the request then raises that error
+        itself); else how far its build has got, started now if it was not running."""
+        if tl.index.ready(profile):
+            return None
+        where = tl.index.index_dir(profile)
+        with self._lock:
+            build = self._running.get(where)
+            if build is not None and build.done.is_set():
+                del self._running[where]  # failed (or finished and since dropped): ask again
+                return None
+            if build is None:
+                build = self._running[where] = _Build()
+                threading.Thread(
+                    target=self._run, args=(profile, build), name="hyperscope-timeline-index", daemon=True
+                ).start()
+            return build.progress
+
+    @staticmethod
+    def _run(profile: Profile, build: _Build) -> None:
+        def progress(share: float) -> None:
+            build.progress = share
+
+        try:
+            tl.load(profile, progress)
+        except BaseException as exc:  # the next /rows request builds again and reports it
+            build.error = exc
+        finally:
+            build.done.set()
+
+
+_BUILDS = _Builds()
+
+
 def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: QueryLimits) -> APIRouter:
     """The endpoints, over the app's catalog look-up and query limits."""
     api = APIRouter(prefix="/api/profiles/{profile_id}/timeline", tags=["timeline"])
@@ -67,7 +118,24 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
 
     @api.get("/rows")
     def get_rows(profile_id: str) -> Response:
-        """The row tree (job → node → CPU / GPUs → utilization, host threads, streams) and steps."""
+        """The row tree (job → node → CPU / GPUs → utilization, host threads, streams) and steps.
+
+        503 with ``{"building": true, "progress": 0..1}`` (and ``Retry-After``) while the profile's
+        timeline index is being built: seconds to minutes for a profile that was not imported
+        (written only through the Python API), which no request should wait out in silence."""
+        _, profile = open_profile(profile_id)
+        building = _BUILDS.poll(profile)
+        if building is not None:
+            return JSONResponse(
+                {
+                    "building": True,
+                    "progress": round(building, 3),
+                    "detail": "the timeline index of this profile is being built (once per profile; "
+                    "hyperscope import and hyperscope profile build it ahead)",
+                },
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
 
         def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             hit, _ = open_profile(profile_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +87,15 @@ class _Columns:
                 arr.flush()
 
 
-def build(profile: Profile, out: Path | None = None) -> Index:
+def build(
+    profile: Profile, out: Path | None = None, progress: Callable[[float], None] | None = None
+) -> Index:
     """Read the profile's drawable events and instants and arrange them (module docstring).
 
     One rank at a time (rows never span ranks, and the store's row groups are sorted by rank, so
     each query reads only that rank's): memory stays that of the largest rank, not the profile's.
-    With ``out``, the columns are written there as ``.npy`` files as they are filled.
+    With ``out``, the columns are written there as ``.npy`` files as they are filled; ``progress``
+    hears the share of events laid out after each rank (0 to 1).
     """
     parts = _parts(profile)
     counts = [pq.ParquetFile(p).metadata.num_rows for p in parts]
@@ -213,6 +217,8 @@ def build(profile: Profile, out: Path | None = None) -> Index:
                 offset += n
                 m_start += r["m"]
             del got
+            if progress is not None:
+                progress(start / total if total else 1.0)
         cols.arrays["cum"][total] = busy
         cols.flush()
         arrays = {**cols.arrays, **m_arrays}

@@ -42,6 +42,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -214,8 +215,9 @@ def _lock(where: Path) -> threading.Lock:
         return _LOCKS.setdefault(where, threading.Lock())
 
 
-def load(profile: Profile) -> Index:
-    """The profile's index: from this process's cache, from disk, or built now (and stored)."""
+def load(profile: Profile, progress: Callable[[float], None] | None = None) -> Index:
+    """The profile's index: from this process's cache, from disk, or built now (and stored);
+    ``progress`` hears how far a build has got (0 to 1)."""
     where = index_dir(profile)
     with _lock(where):
         found = _CACHE.get(where)
@@ -223,9 +225,15 @@ def load(profile: Profile) -> Index:
             return found
         index = _read(where)
         if index is None:
-            index = _build_and_store(profile, where)
+            index = _build_and_store(profile, where, progress)
         _CACHE[where] = index
         return index
+
+
+def ready(profile: Profile) -> bool:
+    """Whether ``load`` answers without building (kept in this process, or stored beside it)."""
+    where = index_dir(profile)
+    return where in _CACHE or (where / "meta.json").is_file()
 
 
 def store(profile: Profile) -> bool:
@@ -239,7 +247,9 @@ def store(profile: Profile) -> bool:
         return _build_into(profile, where) is not None
 
 
-def _build_into(profile: Profile, where: Path) -> Index | None:
+def _build_into(
+    profile: Profile, where: Path, progress: Callable[[float], None] | None = None
+) -> Index | None:
     """Build into a staging directory renamed into place (readers see all of it or nothing); None
     when it cannot be written."""
     tmp = where.with_name(f".{where.name}.{os.getpid()}-{uuid.uuid4().hex[:6]}")
@@ -249,7 +259,7 @@ def _build_into(profile: Profile, where: Path) -> Index | None:
         log.debug("hyperscope: the timeline index of %s is kept in memory: %s", where, exc)
         return None
     try:
-        index = build(profile, tmp)
+        index = build(profile, tmp, progress)
         for old in where.parent.glob("timeline-*"):  # indexes of older code or fewer parts
             if old != where:
                 shutil.rmtree(old, ignore_errors=True)
@@ -263,10 +273,10 @@ def _build_into(profile: Profile, where: Path) -> Index | None:
     return found if found is not None else index
 
 
-def _build_and_store(profile: Profile, where: Path) -> Index:
+def _build_and_store(profile: Profile, where: Path, progress: Callable[[float], None] | None) -> Index:
     """Built and stored; in memory where the store is read-only."""
-    index = _build_into(profile, where)
-    return index if index is not None else build(profile)
+    index = _build_into(profile, where, progress)
+    return index if index is not None else build(profile, progress=progress)
 
 
 def _read(where: Path) -> Index | None:

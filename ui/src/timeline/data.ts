@@ -114,7 +114,21 @@ async function json<T>(url: string, signal?: AbortSignal): Promise<T> {
   return (await r.json()) as T;
 }
 
-export const getRows = (p: string): Promise<TlRows> => json(`${base(p)}/rows`);
+/** The server's answer while it builds a profile's timeline index (503, then asked again). */
+export interface TlBuilding {
+  building: true;
+  progress: number; // 0 to 1
+  detail: string;
+}
+
+export async function getRows(p: string): Promise<TlRows | TlBuilding> {
+  const r = await fetch(`${base(p)}/rows`);
+  if (r.status === 503) {
+    const body = (await r.clone().json().catch(() => null)) as TlBuilding | null;
+    if (body?.building) return body;
+  }
+  return (await (await failIfBad(r)).json()) as TlRows;
+}
 export const getEvent = (p: string, id: number, row?: string): Promise<TlDetails> =>
   json(`${base(p)}/event?id=${id}${row ? `&row=${encodeURIComponent(row)}` : ""}`);
 export const getSearch = (p: string, q: string): Promise<{ total: number; matches: TlEventRef[] }> =>

@@ -18,6 +18,10 @@ export interface TimelineState {
   /** tiles answered since the page opened, and whether one is on its way */
   tiles: number;
   loading: boolean;
+  /** while the server builds the profile's timeline index: how far (0 to 1), else null */
+  building: number | null;
+  /** answers "building" seen since the page opened (tests) */
+  buildingSeen: number;
   selected: TlDetails | null;
   /** the selection came from an instant mark: how many instants it stands for (else 0) */
   selectedInstants: number;
@@ -51,6 +55,8 @@ export const state: TimelineState = {
   tile: null,
   tiles: 0,
   loading: false,
+  building: null,
+  buildingSeen: 0,
   selected: null,
   selectedInstants: 0,
   search: "",

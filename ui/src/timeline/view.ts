@@ -419,7 +419,17 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     status.textContent = "loading rows…";
     try {
-      const rows = await api.getRows(id);
+      let rows = await api.getRows(id);
+      // a profile that was not imported: its index is built now, once; say how far it has got
+      while ("building" in rows) {
+        state.building = rows.progress;
+        state.buildingSeen += 1;
+        status.textContent = `building the timeline index of this profile: ${Math.round(rows.progress * 100)}% (once per profile; hyperscope import does it ahead)`;
+        await new Promise((done) => setTimeout(done, 500));
+        if (state.profile !== id) return;
+        rows = await api.getRows(id);
+      }
+      state.building = null;
       if (state.profile !== id) return;
       state.rows = rows;
       state.origin = BigInt(rows.start_ns);
