@@ -155,3 +155,21 @@ def test_real_kineto_memory_events_become_a_track(tmp_path: Path) -> None:
     assert max(float(t.value.max()) for t in mem) == peak
     ids = json.dumps(root.to_json())
     assert all(t.id in ids for t in got.values())
+
+
+def test_a_trace_of_memory_events_only_has_their_extent(tmp_path: Path) -> None:
+    """Nothing but allocator events: the timeline's window is theirs, not (0, 0)."""
+    events = [e for e in _trace()["traceEvents"] if e["name"] == "[memory]"]
+    trace = tmp_path / "mem.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    store = Store(tmp_path / "home")
+    profile = store.profile("mem", store.import_traces([trace], "mem").profile.id)
+    index = tl.load(profile)
+    assert not index.rows
+    with connection(profile) as con:
+        lo, hi = tl.rows.extent(index, con)
+    assert (lo, hi) == (T0_US * 1000 + 5_000, T0_US * 1000 + 60_000)
+    app = create_app(tmp_path / "home", static_dir=tmp_path / "none")
+    with TestClient(app, base_url="http://127.0.0.1:8") as c:
+        body = get_rows(c, profile.meta.profile_id).json()
+    assert (int(body["start_ns"]), int(body["end_ns"])) == (lo, hi)

@@ -28,7 +28,7 @@ from hyperscope.server.jobs import ProfileHit
 from hyperscope.server.limits import QueryLimits
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.links import MAX_MATCHES
-from hyperscope.timeline.rows import is_sample_row
+from hyperscope.timeline.rows import extent, is_sample_row
 from hyperscope.timeline.tile import MAX_ROWS, MAX_WIDTH
 
 MEDIA_TYPE: Final = "application/vnd.hyperscope.tile"
@@ -139,7 +139,7 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
 
         def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             hit, _ = open_profile(profile_id)
-            start, end = tl.span(index)
+            start, end = extent(index, con)
             return {
                 "profile": profile_id,
                 "start_ns": start,

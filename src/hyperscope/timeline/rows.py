@@ -19,7 +19,7 @@ import numpy.typing as npt
 from hyperscope.errors import UsageError
 from hyperscope.schema.events import SampleMetric
 from hyperscope.timeline import tracks as _tracks
-from hyperscope.timeline.index import KINDS, Index
+from hyperscope.timeline.index import KINDS, Index, span
 from hyperscope.timeline.tile import boundaries
 
 #: sample metrics drawn as CPU tracks of a node (in this order)
@@ -147,6 +147,19 @@ def tree(index: Index, con: duckdb.DuckDBPyConnection, job: str) -> Row:
         at = sum(1 for c in parent.children if c.type == "samples")
         parent.children.insert(at, Row(track.id, track.label, "samples", unit=track.unit))
     return Row("job", job, "group", children=list(nodes.values()))
+
+
+def extent(index: Index, con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """Earliest start and latest end of what the timeline draws: events and instants, and the
+    memory and counter tracks (a trace may hold nothing else); (0, 0) when there is nothing."""
+    curves = [t.ts_ns for t in _tracks.load(index, con).values() if len(t.ts_ns)]
+    if not curves:
+        return span(index)
+    lo, hi = min(int(c[0]) for c in curves), max(int(c[-1]) for c in curves)
+    if not index.rows:
+        return lo, hi
+    start, end = span(index)
+    return min(start, lo), max(end, hi)
 
 
 def sample_tile(
