@@ -254,6 +254,11 @@ def test_a_failed_job_whose_other_ranks_still_write_is_not_cached(tmp_path: Path
 def test_prewarm_computes_the_newest_finished_profile_at_start(home: Home, tmp_path: Path) -> None:
     import threading
 
+    from hyperscope.schema.layout import profile_dir
+    from hyperscope.store.profile import Profile
+    from hyperscope.timeline import index as timeline_index
+
+    assert timeline_index.store(Profile.open(profile_dir(home.path, home.big)))  # as import does
     with local(create_app(home.path, static_dir=tmp_path, prewarm=1)) as client:
         for thread in threading.enumerate():
             if thread.name == "hyperscope-prewarm":
@@ -263,6 +268,7 @@ def test_prewarm_computes_the_newest_finished_profile_at_start(home: Home, tmp_p
         assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is True
         assert client.get(f"/api/profiles/{home.big}/dashboard?top_k=15&buckets=50").json()["cached"] is True
         assert client.get(f"/api/profiles/{home.multi}/dashboard").json()["cached"] is False  # only one
+        assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
 
 
 def test_the_server_only_reads_an_existing_store(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from hyperscope.server.models import (
 from hyperscope.store.catalog import JobStatus
 from hyperscope.store.profile import Profile
 from hyperscope.store.store import Store
+from hyperscope.timeline import index as timeline_index
 
 #: annotation names offered by the filter bar: most frequent first, then cut
 MAX_ANNOTATION_NAMES: Final = 1000
@@ -97,9 +98,10 @@ def create_app(
 
     ``token`` guards every path when given (see :mod:`hyperscope.server.auth`); ``serve()`` makes
     one up whenever the server listens beyond loopback. ``static_dir`` holds the built front end
-    (tests point it elsewhere). ``prewarm``: at start, compute in the background the filters and
-    default dashboard of that many newest finished profiles, since the first look at a large
-    profile is the one slow answer (seconds at 10M events) and is usually the newest job's.
+    (tests point it elsewhere). ``prewarm``: at start, compute in the background the filters,
+    default dashboard and (where its index is stored) timeline rows of that many newest finished
+    profiles, since the first look at a large profile is the one slow answer (seconds at 10M
+    events) and is usually the newest job's.
     """
     # absolute: the catalog is opened read-only through a file: URI, which a relative path has not
     home = Path(home).expanduser().resolve()
@@ -155,6 +157,8 @@ def create_app(
                     continue
                 filters_answer(hit, profile)
                 dashboard_answer(hit, profile, _scope(None, None, None), TOP_K, BUCKETS)
+                if timeline_index.ready(profile):  # stored at import: the rows, never a build here
+                    timeline.rows_answer(hit, profile, limits, cache)
             except Exception:  # a broken profile is reported when someone asks for it
                 pass
             done += 1
@@ -306,7 +310,7 @@ def create_app(
         found, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, f"annotation {name!r}"))
         return _json(found)
 
-    app.include_router(timeline.router(open_profile, limits))
+    app.include_router(timeline.router(open_profile, limits, cache))
     static.install(app, static_dir)
     return app
 

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 
 from hyperscope import timeline as tl
 from hyperscope.errors import UsageError
+from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import ProfileHit
 from hyperscope.server.limits import QueryLimits
 from hyperscope.store.profile import Profile
@@ -98,7 +99,38 @@ class _Builds:
 _BUILDS = _Builds()
 
 
-def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: QueryLimits) -> APIRouter:
+def rows_answer(
+    hit: ProfileHit, profile: Profile, limits: QueryLimits, cache: ProfileCache | None = None
+) -> tuple[dict[str, Any], bool]:
+    """The body of ``/rows`` and whether it came from ``cache``: a finished profile's is computed
+    once (the server's start computes the newest one's, when its index is stored: see ``app``)."""
+
+    def compute() -> dict[str, Any]:
+        def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            index = tl.load(profile)
+            start, end = extent(index, con)
+            return {
+                "profile": hit.ref.id,
+                "start_ns": str(start),
+                "end_ns": str(end),
+                "kinds": list(tl.index.KINDS),
+                "root": tl.tree(index, con, hit.job.name).to_json(),
+                "steps": tl.steps(index),
+            }
+
+        answer: dict[str, Any] = limits.run(profile, work, "the timeline rows")
+        return answer
+
+    if cache is None:
+        return compute(), False
+    return cache.answer((hit.ref.id, "timeline-rows"), hit.live, compute)
+
+
+def router(
+    open_profile: Callable[[str], tuple[ProfileHit, Profile]],
+    limits: QueryLimits,
+    cache: ProfileCache | None = None,
+) -> APIRouter:
     """The endpoints, over the app's catalog look-up and query limits."""
     api = APIRouter(prefix="/api/profiles/{profile_id}/timeline", tags=["timeline"])
 
@@ -123,8 +155,7 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
         503 with ``{"building": true, "progress": 0..1}`` (and ``Retry-After``) while the profile's
         timeline index is being built: seconds to minutes for a profile that was not imported
         (written only through the Python API), which no request should wait out in silence."""
-        _, profile = open_profile(profile_id)
-        building = _BUILDS.poll(profile)
+        building = _BUILDS.poll(open_profile(profile_id)[1])
         if building is not None:
             return JSONResponse(
                 {
@@ -137,22 +168,9 @@ def router(open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: Qu
                 headers={"Retry-After": "1"},
             )
 
-        def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-            hit, _ = open_profile(profile_id)
-            start, end = extent(index, con)
-            return {
-                "profile": profile_id,
-                "start_ns": start,
-                "end_ns": end,
-                "kinds": list(tl.index.KINDS),
-                "root": tl.tree(index, con, hit.job.name).to_json(),
-                "steps": tl.steps(index),
-            }
-
-        answer, _, _ = run(profile_id, "the timeline rows", work)
-        answer["start_ns"] = str(answer["start_ns"])
-        answer["end_ns"] = str(answer["end_ns"])
-        return _json(answer)
+        hit, profile = open_profile(profile_id)
+        answer, cached = rows_answer(hit, profile, limits, cache)
+        return _json({**answer, "cached": cached})
 
     @api.get("/tile")
     def get_tile(
