@@ -139,6 +139,13 @@ def open_gpu(pg: Any) -> tuple[str, str, str]:
     kids = child_ids(pg, gpu)
     host = next(i for i in kids if i.startswith("host/"))
     stream = next(i for i in kids if i.startswith("stream/"))
+    # a tile asked before the GPU opened may land after the click: wait for one with its rows
+    pg.wait_for_function(
+        f"""(ids) => {{ const s = {TL}.state;
+              return !s.loading && s.tile && ids.every(id => s.tile.rows.includes(id)); }}""",
+        arg=[host, stream],
+        timeout=TIMEOUT_MS,
+    )
     return gpu, host, stream
 
 
