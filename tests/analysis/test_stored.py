@@ -127,7 +127,7 @@ def test_precompute_keeps_the_index_once(home: Path, monkeypatch: pytest.MonkeyP
     assert (
         stored.precompute_job(home, "h200-transformer", report=lambda what, s: heard.append(what)) is not None
     )
-    assert heard == ["dashboard", "timeline index"]
+    assert heard == ["dashboard computed", "timeline index built"]
     with Store(home) as store:
         profile = store.profile("h200-transformer")
     where = tl.index.index_dir(profile)

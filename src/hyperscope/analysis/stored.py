@@ -98,7 +98,7 @@ def precompute_job(
     """Precompute for a job's (newest) profile once it is finished: its dashboard, then its
     timeline index; the seconds the dashboard took, or None when the job is still running (its
     profile still grows) or the dashboard failed. ``report(what, seconds)`` hears of each result
-    kept ("dashboard", "timeline index"). A failure only warns."""
+    kept ("dashboard computed", "timeline index built"). A failure only warns."""
     from hyperscope.store.catalog import JobStatus
     from hyperscope.store.store import Store
 
@@ -114,8 +114,8 @@ def precompute_job(
     except Exception as exc:  # the profile is stored either way; the UI computes on demand
         log.warning("hyperscope: the dashboard of %s was not precomputed: %s", job, exc)
     if took is not None and report is not None:
-        report("dashboard", took)
+        report("dashboard computed", took)
     built = precompute_timeline(profile)
     if built is not None and report is not None:
-        report("timeline index", built)
+        report("timeline index built", built)
     return took

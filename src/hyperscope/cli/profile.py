@@ -126,8 +126,7 @@ def precompute_for_ui(home: Path | str | None, job: str, profile_id: str) -> Non
 
     def report(what: str, took: float) -> None:
         if took >= 0.5:
-            verb = "built" if what == "timeline index" else "computed"
-            err.print(f"hyperscope: {what} {verb} in {took:.1f} s (kept beside the profile for the UI)")
+            err.print(f"hyperscope: {what} in {took:.1f} s (kept beside the profile for the UI)")
 
     precompute_job(Path(home).expanduser() if home else default_home(), job, profile_id, report)
 

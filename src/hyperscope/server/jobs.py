@@ -87,7 +87,7 @@ class CatalogReader:
     def _db(self) -> Iterator[sqlite3.Connection]:
         # A connection per request: opening one costs ~0.1 ms and no state is shared between threads.
         try:
-            db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+            db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=30.0)
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the jobs catalog: {exc}") from exc
         try:

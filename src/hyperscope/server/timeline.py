@@ -2,10 +2,11 @@
 
 Every answer comes from :mod:`hyperscope.timeline`; this module checks parameters, runs the work
 under the server's query limits and maps errors to status codes like the rest of the API. The
-timeline index is built at import and at the end of a capture; where it is not on disk (a
-read-only store, a profile imported by an older hyperscope) the first request builds it, seconds
-at ten million events. Timestamps in JSON
-are decimal strings: epoch nanoseconds are beyond the integers a browser's numbers hold exactly.
+timeline index is built at import and at the end of a capture; where it is not on disk (a profile
+written through the Python API, a read-only store) the first ``/rows`` starts building it in the
+background and answers 503 with its progress until it is done (seconds at ten million events).
+Timestamps in JSON are decimal strings: epoch nanoseconds are beyond the integers a browser's
+numbers hold exactly.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ def _json(body: object) -> Response:
 @dataclass
 class _Build:
     progress: float = 0.0
-    error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -90,8 +90,8 @@ class _Builds:
 
         try:
             tl.load(profile, progress)
-        except BaseException as exc:  # the next /rows request builds again and reports it
-            build.error = exc
+        except BaseException:  # the next /rows request builds it itself and so reports the error
+            pass
         finally:
             build.done.set()
 
@@ -155,7 +155,8 @@ def router(
         503 with ``{"building": true, "progress": 0..1}`` (and ``Retry-After``) while the profile's
         timeline index is being built: seconds to minutes for a profile that was not imported
         (written only through the Python API), which no request should wait out in silence."""
-        building = _BUILDS.poll(open_profile(profile_id)[1])
+        hit, profile = open_profile(profile_id)
+        building = _BUILDS.poll(profile)
         if building is not None:
             return JSONResponse(
                 {
@@ -168,7 +169,6 @@ def router(
                 headers={"Retry-After": "1"},
             )
 
-        hit, profile = open_profile(profile_id)
         answer, cached = rows_answer(hit, profile, limits, cache)
         return _json({**answer, "cached": cached})
 

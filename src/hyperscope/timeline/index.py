@@ -232,7 +232,10 @@ def load(profile: Profile, progress: Callable[[float], None] | None = None) -> I
 
 def ready(profile: Profile) -> bool:
     """Whether ``load`` answers without building (kept in this process, or stored beside it)."""
-    where = index_dir(profile)
+    return _ready(index_dir(profile))
+
+
+def _ready(where: Path) -> bool:
     return where in _CACHE or (where / "meta.json").is_file()
 
 
@@ -242,9 +245,7 @@ def store(profile: Profile) -> bool:
     store is read-only: the first view then builds it in memory. Nothing is kept in this process."""
     where = index_dir(profile)
     with _lock(where):
-        if where in _CACHE or (where / "meta.json").is_file():
-            return True
-        return _build_into(profile, where) is not None
+        return _ready(where) or _build_into(profile, where) is not None
 
 
 def _build_into(

@@ -37,6 +37,11 @@ def row_of(index: Index, i: int) -> RowInfo:
     return index.rows[int(np.searchsorted(starts, i, side="right")) - 1]
 
 
+def mark_row_of(index: Index, j: int) -> RowInfo:
+    """The row of instant ``j`` (of ``m_ts``)."""
+    return next(r for r in index.rows if r.m_start <= j < r.m_stop)
+
+
 def _starts(index: Index) -> npt.NDArray[np.int64]:
     return _starts_cached(id(index), tuple(r.start for r in index.rows))
 
@@ -167,7 +172,7 @@ def event(profile: Profile, index: Index, event_id: int, row_id: str | None = No
     if fields.get("ph") in ("i", "I"):
         j = _find(index.m_src, event_id, (info.m_start, info.m_stop) if info is not None else None)
         if j is not None:
-            out["row"] = next(r.id for r in index.rows if r.m_start <= j < r.m_stop)
+            out["row"] = mark_row_of(index, j).id
             out["depth"] = 0
         return out
     i = _find(index.src, event_id, (info.start, info.stop) if info is not None else None)
@@ -220,7 +225,7 @@ def search(index: Index, text: str, limit: int = MAX_MATCHES) -> tuple[int, list
 
 
 def _instant(index: Index, j: int) -> dict[str, Any]:
-    info = next(r for r in index.rows if r.m_start <= j < r.m_stop)
+    info = mark_row_of(index, j)
     return {
         "role": "match",
         "row": info.id,

@@ -152,14 +152,11 @@ def tree(index: Index, con: duckdb.DuckDBPyConnection, job: str) -> Row:
 def extent(index: Index, con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     """Earliest start and latest end of what the timeline draws: events and instants, and the
     memory and counter tracks (a trace may hold nothing else); (0, 0) when there is nothing."""
-    curves = [t.ts_ns for t in _tracks.load(index, con).values() if len(t.ts_ns)]
-    if not curves:
-        return span(index)
-    lo, hi = min(int(c[0]) for c in curves), max(int(c[-1]) for c in curves)
-    if not index.rows:
-        return lo, hi
-    start, end = span(index)
-    return min(start, lo), max(end, hi)
+    ends = [span(index)] if index.rows else []
+    ends += [(int(t.ts_ns[0]), int(t.ts_ns[-1])) for t in _tracks.load(index, con).values() if len(t.ts_ns)]
+    if not ends:
+        return 0, 0
+    return min(a for a, _ in ends), max(b for _, b in ends)
 
 
 def sample_tile(
