@@ -49,6 +49,18 @@ def test_unmodified_script_gets_steps_from_its_optimizer(tmp_path: Path) -> None
     assert "job plain is Completed" in done.stderr
     steps = query(home, "plain", "SELECT name FROM events WHERE kind = 'step' ORDER BY ts_ns")
     assert steps == [("ProfilerStep#1",), ("ProfilerStep#2",), ("ProfilerStep#3",)]
+    # Steps are marked after step() returns, so every recorded optimizer step lies inside one
+    # step: marked from inside its record_function, a step restarted Kineto under an open
+    # record_function, whose end was then written into freed memory (SIGSEGV now and then).
+    outside = query(
+        home, "plain",
+        "SELECT o.ts_ns, o.dur_ns FROM events o WHERE o.name = 'Optimizer.step#SGD.step' AND NOT EXISTS ("
+        " SELECT 1 FROM events s WHERE s.kind = 'step'"
+        " AND s.ts_ns <= o.ts_ns AND o.ts_ns + o.dur_ns <= s.ts_ns + s.dur_ns)",
+    )  # fmt: skip
+    assert outside == []
+    sgd = query(home, "plain", "SELECT count(*) FROM events WHERE name = 'Optimizer.step#SGD.step'")
+    assert sgd[0][0] == 2 * 3  # two optimizers, three steps
     ops = query(home, "plain", "SELECT count(*) FROM events WHERE kind = 'cpu_op' AND name = 'aten::addmm'")
     assert ops[0][0] == 3 * 2  # two Linear layers a step, three steps
     with Store(home) as store:

@@ -103,8 +103,11 @@ def child_ids(pg: Any, parent: str) -> list[str]:
 
 
 def check_tile_matches_store(pg: Any, served: Served) -> None:
-    req = state(pg, "s.lastRequest")
-    got = state(pg, "({id: Array.from(s.tile.id), busy: Array.from(s.tile.binBusy), rows: s.tile.rows})")
+    # The tile and its request read in one evaluation: read apart, a tile that arrived between
+    # the two reads (a jump to the next match opens other rows) was compared with the old request.
+    pg.wait_for_function(f"() => {TL}.state.tile && !{TL}.state.loading", timeout=TIMEOUT_MS)
+    tile = "{id: Array.from(s.tile.id), busy: Array.from(s.tile.binBusy), rows: s.tile.rows}"
+    req, got = state(pg, f"[s.lastRequest, {tile}]")
     events = [r for r in req["rows"] if r.startswith(("host/", "stream/"))]
     want = tl.tile(tl.load(served.profile), events, int(req["t0_ns"]), int(req["t1_ns"]), req["width"])
     assert got["rows"][: len(events)] == events

@@ -83,7 +83,11 @@ def is_profiling() -> bool:
 
 
 def step() -> None:
-    """Mark the end of a training step (and the start of the next one)."""
+    """Mark the end of a training step (and the start of the next one).
+
+    Call it outside any ``torch.profiler.record_function`` block: a step may restart PyTorch's
+    profiler, and a record_function still open across that restart ends in freed memory.
+    """
     global _manual_steps
     if heartbeat._default is not None:  # progress for the agent's hang detection
         heartbeat._default.beat()

@@ -8,9 +8,12 @@ counted as ranks. Steps come from the optimizer when the script does not mark th
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 from hyperscope.capture import api
@@ -55,17 +58,39 @@ def autostart() -> bool:
 
 
 def _steps_from_optimizer() -> None:
-    """One step per call of the first optimizer's ``step()``, unless the script calls ``step()``."""
+    """One step per call of the first optimizer's ``step()``, unless the script calls ``step()``.
+
+    The step is marked after ``step()`` returns, not from an optimizer step hook: PyTorch runs
+    those hooks inside the ``Optimizer.step#...`` record_function, and a step may restart Kineto
+    (a flush). A record_function opened under one Kineto session and closed under the next writes
+    into the freed session's buffers, which crashed a process now and then (SIGSEGV).
+    """
     try:
-        import torch.optim.optimizer as optim
+        from torch.optim import Optimizer
     except Exception:
         return
+    original = Optimizer.profile_hook_step
     first: list[int] = []
+    depth = threading.local()
 
-    def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not first:
-            first.append(id(optimizer))
-        if id(optimizer) == first[0]:
-            api.optimizer_step()
+    def profile_hook_step(func: Callable[..., Any]) -> Callable[..., Any]:
+        inner = original(func)
 
-    optim.register_optimizer_step_post_hook(hook)
+        @functools.wraps(inner)
+        def step(*args: Any, **kwargs: Any) -> Any:
+            # a subclass's step() calling its parent's: one step, marked when the outer returns
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                out = inner(*args, **kwargs)
+            finally:
+                depth.n -= 1
+            if depth.n == 0 and args:
+                if not first:
+                    first.append(id(args[0]))
+                if id(args[0]) == first[0]:
+                    api.optimizer_step()
+            return out
+
+        return step
+
+    Optimizer.profile_hook_step = staticmethod(profile_hook_step)  # type: ignore[method-assign]
