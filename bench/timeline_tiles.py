@@ -17,7 +17,9 @@ cold (the server builds it); *all rows* = opening every group to the first tile 
 20 presses of D/A (each brings a new tile, whose layer is drawn: *draw*, or *slice* when spread over
 frames) then a 40-move mouse drag (the layer copied: *copy*); for every frame, the canvas's script
 time and the *visible events*: events overlapping the view plus the events counted in the merged
-columns in view (what the frame shows, drawn one by one or merged per pixel column).
+columns in view (what the frame shows, drawn one by one or merged per pixel column). *Zoom frames*:
+the same three windows, 10 presses of W then 10 of S (each brings a new tile), then 40 wheel turns
+at 60 Hz, 20 in and 20 out (each frame a new scale: the layer redrawn, in slices when large).
 
 Beside these, the size the same profile would have as Kineto JSON: a small profile of the same
 shape is exported with ``hyperscope export`` (Chrome-trace JSON, as Kineto writes it) and its bytes
@@ -32,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +124,8 @@ BROWSER_FIGURES = """() => { const s = window.__hyperscope.timeline.state;
   return { now: performance.now(), tiles: s.tiles, loading: s.loading, span: s.span,
            frames: s.frameLog ? s.frameLog.length : 0 }; }"""
 
+READY = "() => window.__hyperscope.timeline.state.tiles > 0 && !window.__hyperscope.timeline.state.loading"
+
 # the view's share of the run for each pan measured (centred on the run)
 PAN_WINDOWS = (("whole run", 1.0), ("1/10 of the run", 0.1), ("1/100 of the run", 0.01))
 
@@ -128,29 +133,54 @@ PAN_WINDOWS = (("whole run", 1.0), ("1/10 of the run", 0.1), ("1/100 of the run"
 def pan_frames(page: Any, share: float) -> dict[str, Any]:
     """Frames while panning a window of ``share`` of the run: 20 presses of D/A (a new tile after
     each: its layer drawn) then a drag of 40 moves (the layer copied), every frame logged."""
-    tl_js = "window.__hyperscope.timeline"
-    ready = f"() => {tl_js}.state.tiles > 0 && !{tl_js}.state.loading"
-    span = page.evaluate(BROWSER_FIGURES)["span"]
-    mid, half = (span[0] + span[1]) / 2, (span[1] - span[0]) * share / 2
-    page.evaluate(f"([a, b]) => {tl_js}.setView(a, b)", [mid - half, mid + half])
-    page.wait_for_timeout(300)
-    page.wait_for_function(ready, timeout=60_000)
-    page.wait_for_timeout(200)
-    page.evaluate(f"() => {{ {tl_js}.state.frameLog = []; }}")
-    page.focus("#tl-canvas")
+    return frame_figures(page, share, _pan)
+
+
+def zoom_frames(page: Any, share: float) -> dict[str, Any]:
+    """Frames while zooming around a window of ``share`` of the run: 10 presses of W then of S (a
+    new tile after each), then 40 wheel turns, 20 in and 20 out, at 60 Hz (each frame a new scale:
+    the layer redrawn in slices, the last one stretched meanwhile), every frame logged."""
+    return frame_figures(page, share, _zoom)
+
+
+def _pan(page: Any, x: float, y: float) -> None:
     for i in range(20):  # right and back, so the view stays over the run
         page.keyboard.press("d" if i % 4 < 2 else "a")
         page.wait_for_timeout(60)
-    page.wait_for_function(ready, timeout=60_000)
-    box = page.locator("#tl-canvas").bounding_box()
-    x, y = box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5
+    page.wait_for_function(READY, timeout=60_000)
     page.mouse.move(x, y)
     page.mouse.down()
     for i in range(40):
         page.mouse.move(x + 8 * (i + 1 if i < 20 else 39 - i), y)  # 160 px right, then back
         page.wait_for_timeout(16)
     page.mouse.up()
+
+
+def _zoom(page: Any, x: float, y: float) -> None:
+    for i in range(20):  # in, then back out to the same window
+        page.keyboard.press("w" if i < 10 else "s")
+        page.wait_for_timeout(60)
+    page.wait_for_function(READY, timeout=60_000)
+    page.mouse.move(x, y)
+    for i in range(40):
+        page.mouse.wheel(0, -60 if i < 20 else 60)
+        page.wait_for_timeout(16)
+
+
+def frame_figures(page: Any, share: float, gesture: Callable[[Any, float, float], None]) -> dict[str, Any]:
+    tl_js = "window.__hyperscope.timeline"
+    span = page.evaluate(BROWSER_FIGURES)["span"]
+    mid, half = (span[0] + span[1]) / 2, (span[1] - span[0]) * share / 2
+    page.evaluate(f"([a, b]) => {tl_js}.setView(a, b)", [mid - half, mid + half])
     page.wait_for_timeout(300)
+    page.wait_for_function(READY, timeout=60_000)
+    page.wait_for_timeout(200)
+    page.evaluate(f"() => {{ {tl_js}.state.frameLog = []; }}")
+    page.focus("#tl-canvas")
+    box = page.locator("#tl-canvas").bounding_box()
+    gesture(page, box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
+    page.wait_for_timeout(300)
+    page.wait_for_function(READY, timeout=60_000)
     log = page.evaluate(
         f"() => {{ const l = {tl_js}.state.frameLog; {tl_js}.state.frameLog = null; return l; }}"
     )
@@ -211,6 +241,7 @@ def browser_figures(home: Path, pid: str, cold: bool = True) -> dict[str, Any]:
                 out["all_rows_ms"] = page.evaluate(BROWSER_FIGURES)["now"] - before["now"]
                 for view, share in PAN_WINDOWS:
                     out[f"pan {view}"] = pan_frames(page, share)
+                    out[f"zoom {view}"] = zoom_frames(page, share)
                 page.context.close()
         browser.close()
     return out
@@ -301,23 +332,24 @@ def print_browser(b: dict[str, Any]) -> None:
         f"{b['first_paint_warm_ms']:.0f} ms (warm); all rows {b['all_rows_ms']:.0f} ms"
     )
     rows = []
-    for view, _ in PAN_WINDOWS:
-        f = b[f"pan {view}"]
-        rows.append(
-            [
-                view,
-                f["frames"],
-                " ".join(f"{k} {n}" for k, n in f["kinds"].items()),
-                f"{f['visible_min']:,}-{f['visible_max']:,}",
-                f"{f['events_max']:,}",
-                round(f["median_ms"], 1),
-                round(f["max_ms"], 1),
-                f["worst_kind"],
-                "met" if f["max_ms"] <= 16 else "missed",
-            ]
-        )
+    for gesture in ("pan", "zoom"):
+        for view, _ in PAN_WINDOWS:
+            f = b[f"{gesture} {view}"]
+            rows.append(
+                [
+                    f"{gesture} {view}",
+                    f["frames"],
+                    " ".join(f"{k} {n}" for k, n in f["kinds"].items()),
+                    f"{f['visible_min']:,}-{f['visible_max']:,}",
+                    f"{f['events_max']:,}",
+                    round(f["median_ms"], 1),
+                    round(f["max_ms"], 1),
+                    f["worst_kind"],
+                    "met" if f["max_ms"] <= 16 else "missed",
+                ]
+            )
     print_table(
-        ["pan window", "frames", "kinds", "visible events/frame", "drawn events", "median ms", "max ms",
+        ["gesture, window", "frames", "kinds", "visible events/frame", "drawn events", "median ms", "max ms",
          "worst", "≤ 16 ms"],
         rows,
     )  # fmt: skip

@@ -318,3 +318,30 @@ def test_index_built_on_first_look_shows_progress(page: Any, tmp_path: Path) -> 
         wait_tile(page, 0)
         assert child_ids(page, "job") == ["node/node-a"]
         assert "building" not in page.inner_text("#timeline")
+
+
+def test_zoom_burst_ends_on_the_layer_of_its_last_view(page: Any, deep: Served) -> None:
+    """Each frame of a wheel zoom asks for a new scale, and a layer may take several frames to draw:
+    the layer begun is finished (one begun anew at every frame would never be shown), then one more
+    is drawn for the view the burst ended on, so the picture does not stay a stretched preview."""
+    open_timeline(page, deep)
+    open_gpu(page)
+    # no new tile while zooming (it would bring a fresh layer for the view of its own): the layers
+    # are all of the tile shown, one phase of drawing per frame
+    page.route("**/timeline/tile?*", lambda route: None)
+    tiles = state(page, "s.tiles")
+    page.evaluate(f"() => {{ {TL}.sliceMs(0); {TL}.state.frameLog = []; }}")
+    # one wheel turn per frame, so that the burst ends while a layer is being drawn
+    page.evaluate(
+        """async () => { const c = document.querySelector('#tl-canvas'), r = c.getBoundingClientRect();
+            const at = { clientX: r.left + r.width / 2, clientY: r.top + 60, cancelable: true };
+            for (let i = 0; i < 12; i++) {
+              await new Promise(requestAnimationFrame);
+              c.dispatchEvent(new WheelEvent('wheel', { deltaY: -80, ...at }));
+            } }"""
+    )
+    page.wait_for_function(f"() => {TL}.settled()", timeout=TIMEOUT_MS)
+    kinds = page.evaluate(f"() => {TL}.state.frameLog.map(f => f.kind)")
+    assert "slice" in kinds and "draw" in kinds, kinds  # layers drawn over several frames, and shown
+    assert state(page, "s.tiles") == tiles
+    page.evaluate(f"() => {{ {TL}.sliceMs(4); {TL}.state.frameLog = null; }}")

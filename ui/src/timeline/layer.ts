@@ -4,7 +4,7 @@
 // layer meanwhile), and everything per event that does not depend on the view (colours, the
 // order by colour and by busyness, which names match the search) is computed once per tile.
 import type { Tile } from "./data";
-import { FULL_LANES, GUTTER, laneHeight, laneOf, laneTop, type Layout, MARK_H, RULER, scaleTop } from "./geometry";
+import { FULL_LANES, laneHeight, laneOf, laneTop, type Layout, MARK_H, scaleTop } from "./geometry";
 import { BUSY_LEVELS, BUSY_PIXELS, nameColor } from "./colors";
 
 /** A tile with what drawing needs, computed when it arrives. */
@@ -123,7 +123,7 @@ const roundUp = (n: number): number => Math.ceil(n / 256) * 256;
 let scratch: ImageData | null = null;
 
 const SLICE = 256; // items between two looks at the clock
-const SLICE_MS = 4; // a new layer: at most this much drawing per frame (its raster costs about as much again)
+export const SLICE_MS = 4; // a new layer: at most this much drawing per frame (its raster costs about as much again)
 
 /** One tile drawn offscreen over a part of time and rows, in slices. */
 export class Layer {
@@ -174,10 +174,16 @@ export class Layer {
     this.match = matches(key.prepared, key.search);
   }
 
+  /** Whether this layer draws the same picture as `key` asks for, at whatever scale and place. */
+  same(key: LayerKey): boolean {
+    const k = this.key;
+    return k.prepared === key.prepared && k.layoutVersion === key.layoutVersion && k.search === key.search && k.dpr === key.dpr;
+  }
+
   /** Whether this layer, as drawn, serves a view (the same tile, rows and scale; the part in view). */
   fits(key: LayerKey, need: Need): boolean {
     const k = this.key;
-    if (k.prepared !== key.prepared || k.layoutVersion !== key.layoutVersion || k.search !== key.search || k.dpr !== key.dpr) return false;
+    if (!this.same(key)) return false;
     if (Math.abs(k.nsPerPx - key.nsPerPx) > k.nsPerPx * 1e-6) return false;
     if (need.y0 < this.yTop || need.y1 > this.yTop + this.h) return false;
     const tile = k.prepared.tile;
@@ -194,7 +200,10 @@ export class Layer {
   step(budgetMs: number): boolean {
     const until = performance.now() + budgetMs;
     const phases = [this.bins, this.events, this.labels, this.outlines, this.samples, this.marks];
+    const first = this.phase;
     while (this.phase < phases.length) {
+      // a phase drawn whole (the merged columns) begins in a frame of its own once one has run
+      if (this.phase > first && performance.now() > until) return false;
       const n = phases[this.phase]!.call(this, until);
       if (n < 0) return false; // out of time: go on at the next frame
       this.phase += 1;
@@ -443,55 +452,4 @@ export class Layer {
     ctx.lineWidth = 1;
     return 0;
   }
-}
-
-/** The layers of the frames: the last complete one, and the next one while it is drawn in slices. */
-export class Painter {
-  private layer: Layer | null = null;
-  private next: Layer | null = null;
-  private spare: OffscreenCanvas | null = null;
-
-  /** Draw the tile's layer into the frame (clipped by the caller): "copy" when the last layer fits
-   * the view, "draw" when a new one was drawn whole, "slice" when drawn in part (the last one
-   * shown meanwhile, stretched if at another scale: call again at the next frame). */
-  paint(ctx: CanvasRenderingContext2D, key: LayerKey, view: Need, rows: Map<string, Layout>): string {
-    let kind = "copy";
-    if (!this.layer || !this.layer.fits(key, view)) {
-      if (!this.next || !this.next.fits(key, view)) {
-        if (this.next) this.spare = this.next.canvas;
-        this.next = new Layer(key, rows, view, this.spare);
-        if (this.spare === this.next.canvas) this.spare = null;
-      }
-      kind = "draw";
-      if (this.next.step(SLICE_MS)) {
-        if (this.layer) this.spare = this.layer.canvas;
-        [this.layer, this.next] = [this.next, null];
-      } else kind = "slice";
-    }
-    const l = this.layer;
-    if (!l || l.key.layoutVersion !== key.layoutVersion || l.key.dpr !== key.dpr) return kind;
-    // at its place: exact device pixels at its own scale, stretched (a preview) at another
-    const { dpr, nsPerPx } = key;
-    const scale = l.key.nsPerPx / nsPerPx;
-    const x = Math.round((GUTTER + (l.t0 - view.t0) / nsPerPx) * dpr) / dpr;
-    const y = Math.round((RULER + l.yTop - view.y0) * dpr) / dpr;
-    const same = Math.abs(scale - 1) < 1e-6;
-    ctx.imageSmoothingEnabled = !same;
-    ctx.drawImage(l.canvas, 0, 0, l.cw, l.ch, x, y, (l.cw / dpr) * (same ? 1 : scale), l.ch / dpr);
-    return kind;
-  }
-}
-
-/** Events and merged events in the time window [t0, t1): events overlapping it, plus the count of
- * every merged column starting in it (what a frame shows, exposed for the benchmark). */
-export function visibleEvents(tile: Tile, t0: number, t1: number): { events: number; merged: number } {
-  let events = 0;
-  for (let i = 0; i < tile.ts.length; i++) if (tile.ts[i]! < t1 && tile.ts[i]! + tile.dur[i]! > t0) events++;
-  let merged = 0;
-  const colT = (tile.t1 - tile.t0) / tile.width;
-  for (let i = 0; i < tile.binCol.length; i++) {
-    const t = tile.t0 + tile.binCol[i]! * colT;
-    if (t < t1 && t + colT * tile.binSpan > t0) merged += tile.binCount[i]!;
-  }
-  return { events, merged };
 }

@@ -9,7 +9,8 @@ import type { TlEventRef, TlRow } from "./data";
 import { drawFrame, type DrawState, fmtDuration, type Rect, scaleLabels, xOf } from "./draw";
 import { GUTTER, laneHeight, laneTop, type Layout, RULER } from "./geometry";
 import { installInput } from "./input";
-import { type LayerKey, Painter, prepare, type Prepared, visibleEvents } from "./layer";
+import { type LayerKey, type Need, prepare, type Prepared } from "./layer";
+import { Painter, visibleEvents } from "./painter";
 import { buildLayout, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
@@ -65,6 +66,9 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     laneTop,
     laneHeight,
     scales: () => Object.fromEntries(scales),
+    sliceMs: (ms: number) => (painter.sliceMs = ms),
+    /** whether the picture is final: the layer drawn for this very view, not a stretched preview */
+    settled: () => prepared !== null && painter.shows(...layerNeed(prepared, window.devicePixelRatio || 1)),
   };
   let abort: AbortController | null = null;
   let pending = 0;
@@ -116,12 +120,17 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     return arrowsFor(f, shown, parentOf, pairs);
   }
 
+  /** What the layer of this frame must be: the tile, rows, search and scale, and the part in view. */
+  function layerNeed(p: Prepared, dpr: number): [LayerKey, Need] {
+    const nsPerPx = (state.t1 - state.t0) / (canvas.clientWidth - GUTTER);
+    const key: LayerKey = { prepared: p, layoutVersion, search: state.search, dpr, nsPerPx };
+    return [key, { t0: state.t0, t1: state.t1, y0: state.scrollY, y1: state.scrollY + canvas.clientHeight - RULER }];
+  }
+
   /** The tile's layer for this frame (layer.ts): copied when it fits the view, else drawn. */
   function paintTile(ctx: CanvasRenderingContext2D, dpr: number): string {
     if (!prepared) return "none";
-    const nsPerPx = (state.t1 - state.t0) / (canvas.clientWidth - GUTTER);
-    const key: LayerKey = { prepared, layoutVersion, search: state.search, dpr, nsPerPx };
-    const view = { t0: state.t0, t1: state.t1, y0: state.scrollY, y1: state.scrollY + canvas.clientHeight - RULER };
+    const [key, view] = layerNeed(prepared, dpr);
     const kind = painter.paint(ctx, key, view, drawn);
     if (kind === "slice") redraw(); // the rest at the next frame
     return kind;
