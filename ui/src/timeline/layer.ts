@@ -196,6 +196,31 @@ export class Layer {
     return (t - this.t0) / this.key.nsPerPx;
   }
 
+  /** where `place` puts an event: its x range clipped to the layer, its lane, lane top and height */
+  private readonly hit = { x0: 0, x1: 0, lane: 0, top: 0, h: 0 };
+
+  /** Event `i` of the tile placed on the layer (into `hit`, reused: no object per event); false
+   * when its row is not shown or it falls outside the layer. */
+  private place(i: number): boolean {
+    const t = this.key.prepared.tile;
+    const r = this.rowOf[t.row[i]!];
+    if (!r) return false;
+    const x0 = Math.max(-2, this.x(t.ts[i]!));
+    const x1 = Math.min(this.w + 2, this.x(t.ts[i]! + t.dur[i]!));
+    if (x1 < 0 || x0 > this.w) return false;
+    const lane = laneOf(r, t.depth[i]!);
+    const top = r.y - this.yTop + laneTop(lane);
+    const h = laneHeight(lane);
+    if (top > this.h || top + h < 0) return false;
+    const hit = this.hit;
+    hit.x0 = x0;
+    hit.x1 = x1;
+    hit.lane = lane;
+    hit.top = top;
+    hit.h = h;
+    return true;
+  }
+
   /** Draw for up to `budgetMs`; true once the layer is complete. */
   step(budgetMs: number): boolean {
     const until = performance.now() + budgetMs;
@@ -297,21 +322,14 @@ export class Layer {
     for (; this.at < p.evOrder.length; this.at++) {
       if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
       const i = p.evOrder[this.at]!;
-      const r = this.rowOf[t.row[i]!];
-      if (!r) continue;
-      const x0 = Math.max(-2, this.x(t.ts[i]!));
-      const x1 = Math.min(this.w + 2, this.x(t.ts[i]! + t.dur[i]!));
-      if (x1 < 0 || x0 > this.w) continue;
-      const lane = laneOf(r, t.depth[i]!);
-      const top = r.y - this.yTop + laneTop(lane);
-      const lh = laneHeight(lane);
-      if (top > this.h || top + lh < 0) continue;
+      if (!this.place(i)) continue;
+      const { x0, x1, top, h } = this.hit;
       if (p.evColor[i] !== color) {
         color = p.evColor[i]!;
         ctx.fillStyle = p.palette[color]!;
         ctx.globalAlpha = this.match === null || this.match[t.name[i]!] ? 1 : 0.25;
       }
-      ctx.fillRect(x0, top, Math.max(1, x1 - x0), lh);
+      ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
     }
     ctx.globalAlpha = 1;
     return 0;
@@ -326,16 +344,9 @@ export class Layer {
     for (; this.at < t.ts.length; this.at++) {
       if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
       const i = this.at;
-      if (t.dur[i]! <= minNs) continue;
-      const r = this.rowOf[t.row[i]!];
-      if (!r) continue;
-      const lane = laneOf(r, t.depth[i]!);
-      if (lane >= FULL_LANES) continue;
-      const x0 = Math.max(-2, this.x(t.ts[i]!));
-      const x1 = Math.min(this.w + 2, this.x(t.ts[i]! + t.dur[i]!));
-      if (x1 - x0 <= 40 || x1 < 0 || x0 > this.w) continue;
-      const top = r.y - this.yTop + laneTop(lane);
-      if (top > this.h || top + 16 < 0) continue;
+      if (t.dur[i]! <= minNs || !this.place(i)) continue;
+      const { x0, x1, top, lane } = this.hit;
+      if (lane >= FULL_LANES || x1 - x0 <= 40) continue;
       ctx.fillText(t.names[t.name[i]!]!, x0 + 3, top + 10, x1 - x0 - 6);
     }
     return 0;
@@ -351,14 +362,9 @@ export class Layer {
     for (; this.at < t.ts.length; this.at++) {
       if (this.at % SLICE === 0 && this.at > 0 && performance.now() > until) return -1;
       const i = this.at;
-      if (!this.match[t.name[i]!]) continue;
-      const r = this.rowOf[t.row[i]!];
-      if (!r) continue;
-      const x0 = Math.max(-2, this.x(t.ts[i]!));
-      const x1 = Math.min(this.w + 2, this.x(t.ts[i]! + t.dur[i]!));
-      if (x1 < 0 || x0 > this.w) continue;
-      const lane = laneOf(r, t.depth[i]!);
-      ctx.strokeRect(x0, r.y - this.yTop + laneTop(lane), Math.max(1, x1 - x0), laneHeight(lane));
+      if (!this.match[t.name[i]!] || !this.place(i)) continue;
+      const { x0, x1, top, h } = this.hit;
+      ctx.strokeRect(x0, top, Math.max(1, x1 - x0), h);
     }
     ctx.lineWidth = 1;
     return 0;
