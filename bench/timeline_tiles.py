@@ -124,7 +124,9 @@ BROWSER_FIGURES = """() => { const s = window.__hyperscope.timeline.state;
   return { now: performance.now(), tiles: s.tiles, loading: s.loading, span: s.span,
            frames: s.frameLog ? s.frameLog.length : 0 }; }"""
 
-READY = "() => window.__hyperscope.timeline.state.tiles > 0 && !window.__hyperscope.timeline.state.loading"
+# a tile shown and none on its way (the hooks exist once the page's script has run)
+READY = """() => { const tl = window.__hyperscope && window.__hyperscope.timeline;
+  return !!tl && tl.state.tiles > 0 && !tl.state.loading; }"""
 
 # the view's share of the run for each pan measured (centred on the run)
 PAN_WINDOWS = (("whole run", 1.0), ("1/10 of the run", 0.1), ("1/100 of the run", 0.01))
@@ -210,7 +212,7 @@ def frame_figures(page: Any, share: float, gesture: Callable[[Any, float, float]
 
 
 def browser_figures(home: Path, pid: str, cold: bool = True) -> dict[str, Any]:
-    """First paint, all rows, and frame times while panning (see the module docstring)."""
+    """First paint, all rows, and frame times while panning and zooming (see the module docstring)."""
     from playwright.sync_api import sync_playwright
     from tests.ui.harness import launch_chromium, missing, ui_server
 
@@ -219,14 +221,13 @@ def browser_figures(home: Path, pid: str, cold: bool = True) -> dict[str, Any]:
         return {"skipped": why}
     out: dict[str, Any] = {}
     tl_js = "window.__hyperscope.timeline"
-    ready = f"() => {tl_js} && {tl_js}.state.tiles > 0 && !{tl_js}.state.loading"
     with sync_playwright() as p:
         browser = launch_chromium(p)
         for label in ("cold", "warm") if cold else ("warm",):
             with ui_server(home) as url:
                 page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
                 page.goto(f"{url}/#/timeline/{pid}")
-                page.wait_for_function(ready, timeout=600_000)
+                page.wait_for_function(READY, timeout=600_000)
                 out[f"first_paint_{label}_ms"] = page.evaluate(BROWSER_FIGURES)["now"]
                 if label == "cold":
                     page.context.close()
