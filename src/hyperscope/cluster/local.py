@@ -340,19 +340,10 @@ class LocalProvider:
         """The agent (so it replaces nothing meanwhile), slurmds, then their slurmstepds and job
         tasks, then slurmctld, then munged."""
         stop([p for p in state.procs if p.role == "agent"])
-        daemons = {p.pid for p in state.procs}
-        strays = processes_with_env([f"{MARKER}={state.dir}"]) + processes_with_env(
-            [f"SLURM_CONF={state.slurm_conf}"], require="SLURM_JOB_ID"
-        )
-        order = ("slurmd", "stray", "slurmctld", "munged")
-        # children of our daemons (slurmctld's slurmscriptd) stop with their parent
-        extra = [
-            Proc("stray", pid, t)
-            for pid in set(strays) - daemons
-            if (t := start_time(pid)) is not None and _parent(pid) not in daemons
-        ]
-        by_role = {r: [p for p in [*state.procs, *extra] if p.role == r] for r in order}
-        stop([*by_role["slurmd"], *by_role["stray"]])
+        by_role = {r: [p for p in state.procs if p.role == r] for r in ("slurmd", "slurmctld", "munged")}
+        stop([*by_role["slurmd"], *self._strays(state)])
+        # a health check or agent slurmd started while the first sweep ran: one more
+        stop(self._strays(state))
         stop(by_role["slurmctld"])
         stop(by_role["munged"])
         state.procs = []
@@ -364,6 +355,20 @@ class LocalProvider:
             shutil.rmtree(state.dir, ignore_errors=True)
         else:
             state.save()
+
+    def _strays(self, state: ClusterState) -> list[Proc]:
+        """Everything that carries the cluster's marker (slurmstepds, job tasks, health checks, a
+        restarted agent) but is not slurmctld, munged or their children (slurmscriptd stops with
+        slurmctld)."""
+        keep = {p.pid for p in state.procs if p.role in ("slurmctld", "munged")}
+        found = processes_with_env([f"{MARKER}={state.dir}"]) + processes_with_env(
+            [f"SLURM_CONF={state.slurm_conf}"], require="SLURM_JOB_ID"
+        )
+        return [
+            Proc("stray", pid, t)
+            for pid in set(found) - keep
+            if (t := start_time(pid)) is not None and _parent(pid) not in keep and pid != os.getpid()
+        ]
 
 
 def _parent(pid: int) -> int | None:

@@ -171,18 +171,33 @@ def list_nodes(name: str, home: Path) -> list[NodeRow]:
 MARKS = {"replace": "Action:Replace", "reboot": "Action:Reboot"}
 
 
-def mark_node(name: str, home: Path, node: str, action: str) -> str:
-    """Ask the agent to replace or reboot ``node``: Slurm state FAIL with the reason
-    ``Action:Replace``/``Action:Reboot`` (the node stops taking jobs at once). The command run."""
+def mark_node(name: str, home: Path, node: str, action: str, *, now: bool = False) -> str:
+    """Ask the agent to replace or reboot ``node`` with the reason ``Action:Replace`` /
+    ``Action:Reboot``, as HyperPod users mark nodes: Slurm state FAIL, so the node takes no new
+    job and the agent acts once its running jobs end; ``now``: state DOWN, so its jobs are
+    requeued at once and the agent acts at once. The command run."""
     state = load(name, home)
     n = state.node(node)
     if not n.slurm:
         raise ClusterError(f"node {node} of cluster {name!r} runs no slurmd ({n.role}); nothing to {action}")
     if action not in MARKS:
         raise ClusterError(f"unknown node action {action!r}; use replace or reboot")
-    argv = ("scontrol", "update", f"nodename={node}", "state=fail", f"reason={MARKS[action]}")
+    argv = (
+        "scontrol",
+        "update",
+        f"nodename={node}",
+        f"state={'down' if now else 'fail'}",
+        f"reason={MARKS[action]}",
+    )
     _slurm(state).run(*argv)
     return " ".join(argv)
+
+
+def jobs_on(name: str, home: Path, node: str) -> list[int]:
+    """Ids of the jobs running (or starting, or ending) on ``node`` now."""
+    state = load(name, home)
+    running = [j for j in _slurm(state).jobs() if j.state in ("RUNNING", "CONFIGURING", "COMPLETING")]
+    return [j.id for j in running if j.nodes and node in jobs.expand_hostlist(j.nodes)]
 
 
 def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str, str], Path]:

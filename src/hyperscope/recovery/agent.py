@@ -27,7 +27,16 @@ from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError
 from hyperscope.cluster.state import ClusterError, ClusterState, cluster_lock, clusters_dir
 from hyperscope.recovery import heartbeat
-from hyperscope.recovery.decide import Action, JobView, Kind, NodeView, Policy, decide_jobs, decide_nodes
+from hyperscope.recovery.decide import (
+    PASSIVE,
+    Action,
+    JobView,
+    Kind,
+    NodeView,
+    Policy,
+    decide_jobs,
+    decide_nodes,
+)
 
 LOG = "agent.log"
 BUSY_INTERVAL_S = 0.2
@@ -49,7 +58,13 @@ def read_log(cluster_dir: Path) -> list[dict[str, Any]]:
     path = cluster_dir / LOG
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a crash mid-write
+    return records
 
 
 @dataclass
@@ -72,6 +87,12 @@ class Agent:
     busy: bool = False
     #: node -> until when Slurm's "not responding" is not believed (it just came back)
     settling: dict[str, float] = field(default_factory=dict)
+    #: node -> since when Slurm has said NOT_RESPONDING without a break (a flicker is not a failure)
+    silent_since: dict[str, float] = field(default_factory=dict)
+    #: when each automatic replacement started (the rate limit's window); None: not read from the log yet
+    replaced_at: list[float] | None = None
+    #: node -> the passive decision (wait, leave, hold) last logged for it: logged once, not every pass
+    noted: dict[str, str] = field(default_factory=dict)
 
     @property
     def dir(self) -> Path:
@@ -99,9 +120,21 @@ class Agent:
         except SlurmError:
             return []  # slurmctld busy or restarting: the next pass sees it
         views = self.node_views(state, live)
-        actions = decide_nodes(views, {}, self.policy)
+        actions = decide_nodes(views, {}, self.policy, recent_replacements=self.recent_replacements())
         actions += decide_jobs(self.job_views(state, jobs), self.policy)
+        passive = {a.nodes[0]: str(a) for a in actions if a.kind in PASSIVE}
+        for node in [n for n in self.noted if n not in passive]:
+            del self.noted[node]
         for action in actions:
+            if action.kind in PASSIVE:
+                if self.noted.get(action.nodes[0]) != str(action):
+                    self.noted[action.nodes[0]] = str(action)
+                    self.log({"kind": action.kind.value, "nodes": list(action.nodes), "job": None,
+                              "phase": "decided", "reason": action.reason})  # fmt: skip
+                continue
+            if action.kind is Kind.REPLACE and not action.reason.startswith("operator marked it"):
+                assert self.replaced_at is not None
+                self.replaced_at.append(self.clock())
             self.apply(action)
         self.release_requeued(slurm, jobs)
         self.busy = any(
@@ -110,6 +143,23 @@ class Agent:
             for j in jobs
         ) or any(w.is_alive() for w in self.workers)
         return actions
+
+    def recent_replacements(self) -> int:
+        """Automatic replacements started within the rate limit's window (an operator's own
+        ``Action:Replace`` does not count); read from agent.log once, so a restarted agent
+        keeps the brake."""
+        now = self.clock()
+        if self.replaced_at is None:
+            self.replaced_at = [
+                float(r["time"])
+                for r in read_log(self.dir)
+                if r.get("kind") == "replace"
+                and r.get("phase") == "decided"
+                and not str(r.get("reason", "")).startswith("operator marked it")
+            ]
+        window = self.policy.replacement_window_s
+        self.replaced_at = [t for t in self.replaced_at if now - t < window]
+        return len(self.replaced_at)
 
     def node_views(self, state: ClusterState, live: list[Node]) -> list[NodeView]:
         by_name = {n.name: n for n in live}
@@ -121,6 +171,10 @@ class Agent:
             if s.available and not s.reason:
                 self.reboots.pop(n.name, None)
             flags = s.flags
+            if "NOT_RESPONDING" in flags:
+                self.silent_since.setdefault(n.name, self.clock())
+            else:
+                self.silent_since.pop(n.name, None)
             if self.clock() < self.settling.get(n.name, 0.0):
                 # just restarted: Slurm shows it not responding (idle*) for a second or so after
                 # `state=resume`; its own slurmd is watched meanwhile (daemon_alive)
@@ -135,6 +189,7 @@ class Agent:
                     spare=n.spare,
                     reboots=self.reboots.get(n.name, 0),
                     daemon_alive=nodeops.slurmd_alive(state, n.name),
+                    not_responding_s=self.clock() - self.silent_since.get(n.name, self.clock()),
                 )
             )
         return views
