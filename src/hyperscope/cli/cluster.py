@@ -53,16 +53,25 @@ def _when(ts: float) -> str:
 @cluster_app.command("create")
 def create(
     file: Annotated[Path, typer.Option("-f", "--file", help="The cluster spec (YAML).", metavar="FILE")],
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Tear down a cluster of the same name that still runs (stopping its running jobs, "
+            "which it lists) and create it anew.",
+        ),
+    ] = False,
     home: HomeOption = None,
 ) -> None:
-    """Bring a cluster up from its spec; running it again on a cluster in service changes nothing."""
+    """Bring a cluster up from its spec; running it again on a cluster in service changes nothing;
+    a cluster of that name that is half running, or has another spec, is refused unless --replace."""
     t0 = time.monotonic()
 
     def progress(node: str, step: str) -> None:
         err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
 
     try:
-        state = manage.create(file, _home(home), progress)
+        state = manage.create(file, _home(home), progress, replace=replace)
     except HyperscopeError as exc:
         _fail(exc)
     out.print(

@@ -36,7 +36,9 @@ def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sy
     interval's or the Prolog's, exits 0 at once instead of piling up behind a slow one); each
     node's expected GPU count from its group; the spec's folder of user checks; DCGM's diagnostic
     at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so ``delete``
-    stops a check still running."""
+    stops a check still running. It is also the agent's watchdog: run by every slurmd every few
+    seconds, it starts the agent again when none holds the agent's lock (the agent, in turn,
+    restarts slurmctld and munged)."""
     q = shlex.quote
     spool = Path(state.run_dir) / "spool"
     r = spec.recovery
@@ -48,6 +50,18 @@ def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sy
     cases = "".join(f"  {'|'.join(names)}) gpus={k} ;;\n" for k, names in sorted(by_gpus.items()))
     checks = f" --checks-dir {q(str(r.health_checks_dir))}" if r.health_checks_dir else ""
     devices = q(str(Path(state.dir) / "dev"))
+    home = Path(state.dir).parents[1]
+    watchdog = (
+        f"""# the agent's watchdog: none holds its lock (it died) -> start one (a second one exits at once)
+d={q(state.dir)}
+if grep -qs '"status": "InService"' "$d/cluster.json" && flock -n "$d/agent.lock" true; then
+    setsid {q(python)} -m hyperscope agent --cluster {q(state.name)} --home {q(str(home))} \\
+        >>"$d/log/agent.out" 2>&1 </dev/null &
+fi
+"""
+        if r.agent
+        else ""
+    )
     return f"""#!/bin/bash
 # Written by hyperscope for cluster {state.name}: Slurm's HealthCheckProgram. Slurm gives it only
 # SLURMD_NODENAME, so everything else is set here.
@@ -57,7 +71,7 @@ export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_
 export HYPERSCOPE_CLUSTER_DIR={q(state.dir)}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 spool={q(str(spool))}/"$node"
-# never two checks of one node at once: the one running now answers for both
+{watchdog}# never two checks of one node at once: the one running now answers for both
 locks={q(str(Path(state.run_dir) / "locks"))}
 mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" && {{ flock -n 9 || exit 0; }}
 faults={q(str(faults_dir(state)))}/$node.json

@@ -48,9 +48,38 @@ def _slurm(state: ClusterState) -> Slurm:
     return ssh.slurm_for(state) if state.provider == "ssh" else Slurm(Path(state.slurm_conf))
 
 
-def create(spec_file: Path, home: Path, progress: Progress | None = None) -> ClusterState:
+def create(
+    spec_file: Path, home: Path, progress: Progress | None = None, *, replace: bool = False
+) -> ClusterState:
+    """Bring the spec up. A cluster of that name that is still running is refused (the same spec
+    in service is returned unchanged) unless ``replace``: then it is deleted first — its running
+    jobs stopped, and said so through ``progress`` — and its agent.log kept in the new cluster's
+    ``log/`` folder."""
     spec: ClusterSpec = load_spec(spec_file)
-    return provider_for(spec.provider, home).create(spec, progress)
+    d = clusters_dir(home) / spec.name
+    kept = ""
+    if replace and (d / "cluster.json").is_file():
+        say = progress or (lambda node, step: None)
+        old = ClusterState.load(d)
+        try:
+            ctld = any(p.role == "slurmctld" and alive(p) for p in old.procs) or old.provider != "local"
+            live = _slurm(old).jobs() if ctld else []
+        except HyperscopeError:
+            live = []
+        running = [j for j in live if j.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING)]
+        if running:
+            ids = ", ".join(f"{j.id} ({j.name}, {j.state.lower()})" for j in running)
+            say("*", f"replacing the cluster: stopping its {len(running)} unfinished job(s): {ids}")
+        else:
+            say("*", "replacing the cluster (no job running)")
+        old_log = d / "agent.log"
+        kept = old_log.read_text() if old_log.is_file() else ""
+        delete(spec.name, home)
+        kept_name = f"agent-{int(old.created)}.log"
+    state = provider_for(spec.provider, home).create(spec, progress)
+    if kept:
+        (Path(state.dir) / "log" / kept_name).write_text(kept)
+    return state
 
 
 def load(name: str, home: Path) -> ClusterState:
