@@ -53,7 +53,7 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
     # as the Prolog (Slurm sets SLURM_JOB_ID), only the quick checks
     subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-1", "SLURM_JOB_ID": "7"}, check=True)
     assert "--node workers-1 --quick --expect-gpus 2 " in (tmp_path / "shared" / "args").read_text()
-    # never two at once on one node: a second check exits at once while the first runs
+    # never two periodic checks at once on one node: a second exits at once while the first runs
     (tmp_path / "shared" / "args").unlink()
     first = subprocess.Popen([str(script)], env={"SLURMD_NODENAME": "workers-1", "HOLD": "30"})
     try:
@@ -65,6 +65,10 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
         assert second.returncode == 0 and not (tmp_path / "shared" / "args").exists()
         other = subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-2"}, timeout=20)
         assert other.returncode == 0 and (tmp_path / "shared" / "args").exists()  # its own lock
+        (tmp_path / "shared" / "args").unlink()
+        prolog = {"SLURMD_NODENAME": "workers-1", "SLURM_JOB_ID": "8"}
+        assert subprocess.run([str(script)], env=prolog, timeout=20).returncode == 0
+        assert "--quick" in (tmp_path / "shared" / "args").read_text()  # a job's check still runs
     finally:
         first.kill()
         first.wait()

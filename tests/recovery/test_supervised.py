@@ -86,6 +86,7 @@ def test_create_on_a_running_cluster_never_kills_its_jobs_unless_replace_says_so
 ) -> None:
     state = local_cluster()
     home = str(Path(state.dir).parents[1])
+    wait_for("the agent", lambda: [r for r in read_log(Path(state.dir)) if r["kind"] == "start"])
     job = _sbatch(state, "-J", "long", "--wrap", "sleep 300")
     wait_for("the job to run", lambda: (j := _job(state, job)) is not None and j.state == "RUNNING")
     runner = CliRunner()

@@ -32,8 +32,9 @@ def auto_resume_log(state: ClusterState) -> Path:
 
 
 def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sys.executable) -> str:
-    """One check per node at a time (``flock -n`` on the node's spool: a second one, the next
-    interval's or the Prolog's, exits 0 at once instead of piling up behind a slow one); each
+    """One periodic check per node at a time (``flock -n``: the next interval's exits 0 at once
+    instead of piling up behind a slow one; Prologs wait their turn, so every job's nodes are
+    checked, without overlapping each other); each
     node's expected GPU count from its group; the spec's folder of user checks; DCGM's diagnostic
     at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so ``delete``
     stops a check still running. It is also the agent's watchdog: run by every slurmd every few
@@ -71,9 +72,14 @@ export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_
 export HYPERSCOPE_CLUSTER_DIR={q(state.dir)}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 spool={q(str(spool))}/"$node"
-{watchdog}# never two checks of one node at once: the one running now answers for both
+{watchdog}# never two periodic checks of one node at once: a second one exits at once, the one running now
+# answers for both. Prologs (SLURM_JOB_ID set) queue up instead: each job's nodes are checked.
 locks={q(str(Path(state.run_dir) / "locks"))}
-mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" && {{ flock -n 9 || exit 0; }}
+if [ -n "${{SLURM_JOB_ID:-}}" ]; then
+    mkdir -p "$locks" && exec 9>>"$locks/prolog-$node" && flock -w 120 9
+else
+    mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" && {{ flock -n 9 || exit 0; }}
+fi
 faults={q(str(faults_dir(state)))}/$node.json
 if [ -e "$faults" ]; then export HYPERSCOPE_HEALTH_FAULTS="$faults"; else unset HYPERSCOPE_HEALTH_FAULTS; fi
 gpus=0

@@ -162,6 +162,10 @@ def sync(
     with Store(store_home(state)) as store:
         cat = store.catalog
         seen = {j.id for j in live}
+        if link:  # an entry the agent's sync made for this job before submit could link it
+            early = cat.slurm_jobs(key).get(link[0])
+            if early is not None and early.name != link[1] and not early.profiles:
+                cat.remove(early.name)
         for job in live:
             submitted = slurm_time_ns(job.fields.get("SubmitTime", "")) or 0
             if settle_s and asked_ns - submitted < settle_s * 1e9:

@@ -63,7 +63,9 @@ def create(
         old = ClusterState.load(d)
         try:
             ctld = any(p.role == "slurmctld" and alive(p) for p in old.procs) or old.provider != "local"
-            live = _slurm(old).jobs() if ctld else []
+            # recorded first (the agent, which syncs, may be the daemon that died): then the
+            # delete below marks them Stopped
+            live = list(jobs.sync(old, _slurm(old)).live.values()) if ctld else []
         except HyperscopeError:
             live = []
         running = [j for j in live if j.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING)]

@@ -219,7 +219,9 @@ class Agent:
                 state.procs = [p for p in state.procs if p.role != "agent"]
                 state.procs.append(Proc("agent", os.getpid(), me))
                 state.save()
-            return True
+        why = f"agent started (pid {os.getpid()})"
+        self.log({"kind": "start", "nodes": [], "job": None, "phase": "done", "reason": why})
+        return True
 
     def recent_replacements(self) -> int:
         """Automatic replacements started within the rate limit's window (an operator's own
