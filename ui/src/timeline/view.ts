@@ -4,6 +4,7 @@
 import { h } from "../dom";
 import { showError } from "../errors";
 import { hooks } from "../hooks";
+import { onLoadedChange } from "../loaded";
 import * as api from "./data";
 import type { TlEventRef, TlRow } from "./data";
 import { drawFrame, type DrawState, fmtDuration, type Rect, scaleLabels, xOf } from "./draw";
@@ -25,6 +26,13 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   const arrowsBox = h("input", { id: "tl-all-arrows", type: "checkbox" });
   const details = h("div", { id: "tl-details", class: "tl-details" }, h("p", { class: "muted" }, "Click an event."));
   const wrap = h("div", { class: "tl-canvas-wrap" }, canvas);
+  const body = h("div", { class: "tl-body" }, wrap, details);
+  const placeholder = h(
+    "div",
+    { class: "placeholder", id: "tl-placeholder" },
+    h("p", {}, "No profile loaded."),
+    h("p", {}, h("a", { href: "#/jobs" }, "Open the Jobs page"), " and load a job to see its timeline."),
+  );
   const root = h(
     "section",
     { id: "timeline", class: "page tl-page", hidden: true },
@@ -41,7 +49,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       h("span", { class: "muted" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll"),
       status,
     ),
-    h("div", { class: "tl-body" }, wrap, details),
+    placeholder,
+    body,
   );
   (hooks as unknown as { timeline: unknown }).timeline = {
     state,
@@ -63,6 +72,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       return r ? r.y - state.scrollY + RULER : null;
     },
     xOf: (relNs: number) => xOf(drawState(), relNs),
+    /** the ruler's ticks (ns from the origin) as last drawn */
+    ticks: () => lastTicks,
     laneTop,
     laneHeight,
     scales: () => Object.fromEntries(scales),
@@ -70,6 +81,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     /** whether the picture is final: the layer drawn for this very view, not a stretched preview */
     settled: () => prepared !== null && painter.shows(...layerNeed(prepared, window.devicePixelRatio || 1)),
   };
+  let lastTicks: number[] = [];
   let abort: AbortController | null = null;
   let pending = 0;
   let prepared: Prepared | null = null; // state.tile, ready to draw
@@ -164,6 +176,9 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const dpr = window.devicePixelRatio || 1;
     const w = canvas.clientWidth;
     const hh = canvas.clientHeight;
+    // hidden (another tab shown) or squeezed to nothing: no events area, nothing to lay out or
+    // draw; the ResizeObserver asks again once the canvas has a size
+    if (w <= GUTTER || hh <= RULER) return;
     if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(hh * dpr)) {
       canvas.width = Math.round(w * dpr);
       canvas.height = Math.round(hh * dpr);
@@ -174,7 +189,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const f = frame();
     let kind = "none";
     state.arrows = arrows(f);
-    drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
+    lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
     const ms = performance.now() - started;
     state.drawMs.push(ms);
     if (state.drawMs.length > 200) state.drawMs.shift();
@@ -192,6 +207,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   /** One tile for every visible leaf row over the view; the old tile is drawn meanwhile. */
   async function fetchTile(): Promise<void> {
     if (!state.profile || !state.rows) return;
+    if (canvas.clientWidth <= GUTTER) return; // hidden: fetched when shown (the ResizeObserver)
     const ids = leafIds();
     abort?.abort();
     if (ids.length === 0) {
@@ -249,6 +265,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
 
   function zoom(factor: number, atX?: number): void {
     const w = canvas.clientWidth - GUTTER;
+    if (w <= 0) return;
     const f = atX === undefined ? 0.5 : Math.min(1, Math.max(0, (atX - GUTTER) / w));
     const at = state.t0 + f * (state.t1 - state.t0);
     setView(at - (at - state.t0) * factor, at + (state.t1 - at) * factor);
@@ -417,9 +434,34 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     refetch();
   }).observe(wrap);
 
+  /** Back to no profile: nothing drawn, no request in flight, the placeholder shown. */
+  function clear(): void {
+    abort?.abort();
+    pending += 1; // an answer on its way is for the profile gone
+    window.clearTimeout(timer);
+    state.profile = null;
+    state.tile = null;
+    prepared = null;
+    state.rows = null;
+    state.layout = [];
+    state.selected = null;
+    state.loading = false;
+    state.building = null;
+    state.search = "";
+    state.matches = [];
+    state.flows = [];
+    relayout();
+    details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
+    status.textContent = "";
+    body.hidden = true;
+    placeholder.hidden = false;
+  }
+
   async function load(id: string): Promise<void> {
     if (state.profile === id) return;
     state.profile = id;
+    body.hidden = false;
+    placeholder.hidden = true;
     state.tile = null;
     state.rows = null;
     state.layout = [];
@@ -459,6 +501,10 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     }
   }
 
+  clear();
+  onLoadedChange((l) => {
+    if (!l) clear();
+  });
   return {
     root,
     setActive(on: boolean) {
