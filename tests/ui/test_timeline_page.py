@@ -77,3 +77,51 @@ def test_unloading_clears_the_timeline(page: Any, synth: Served) -> None:
     ready = f"() => {TL}.state.profile !== null && {TL}.state.tiles > 0 && !{TL}.state.loading"
     page.wait_for_function(ready, timeout=TIMEOUT_MS)
     assert page.locator("#tl-placeholder").is_hidden()
+
+
+def _select_first_event(pg: Any) -> None:
+    pg.evaluate(f"{TL}.select(Number({TL}.state.tile.id[0]))")
+    pg.wait_for_function(f"() => {TL}.state.selected !== null", timeout=TIMEOUT_MS)
+    assert "Click an event." not in pg.inner_text("#tl-details")
+
+
+def test_esc_and_a_click_on_empty_canvas_clear_the_selection_and_fit_fits_the_profile(
+    page: Any, synth: Served
+) -> None:
+    open_timeline(page, synth)
+    span = page.evaluate(f"{TL}.state.span")
+    _select_first_event(page)
+    page.focus("#tl-canvas")
+    page.keyboard.press("Escape")
+    page.wait_for_function(f"() => {TL}.state.selected === null", timeout=TIMEOUT_MS)
+    assert "Click an event." in page.inner_text("#tl-details")
+    # a click below the last row: nothing there, nothing selected
+    _select_first_event(page)
+    box = page.locator("#tl-canvas").bounding_box()
+    last = page.evaluate(f"Math.max(...{TL}.state.layout.map(r => r.y + r.h))")
+    assert last + 60 < box["height"]
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] - 20)
+    page.wait_for_function(f"() => {TL}.state.selected === null", timeout=TIMEOUT_MS)
+    # Fit, with nothing selected, fits the whole profile (not the event selected before)
+    page.keyboard.press("w")
+    page.keyboard.press("w")
+    assert page.evaluate(f"{TL}.state.t1 - {TL}.state.t0") < span[1] - span[0]
+    page.keyboard.press("f")
+    assert page.evaluate(f"[{TL}.state.t0, {TL}.state.t1]") == span
+
+
+def test_toolbar_stays_one_line_whatever_its_status_says(page: Any, synth: Served) -> None:
+    page.set_viewport_size({"width": 1280, "height": 720})
+    open_timeline(page, synth)
+    toolbar = page.locator("#timeline .toolbar")
+    height = toolbar.bounding_box()["height"]
+    top = page.locator("#tl-canvas").bounding_box()["y"]
+    long = "building the timeline index of this profile: 42%, 17 s (once per profile; " * 4
+    page.evaluate("(t) => { document.querySelector('#tl-status').textContent = t; }", long)
+    page.wait_for_function("() => new Promise((done) => requestAnimationFrame(() => done(1)))")
+    assert toolbar.bounding_box()["height"] == height
+    assert page.locator("#tl-canvas").bounding_box()["y"] == top
+    # every control is still on screen
+    for sel in ("#tl-steps", "#tl-search", "#tl-fit"):
+        b = page.locator(sel).bounding_box()
+        assert b["x"] + b["width"] <= 1280, sel

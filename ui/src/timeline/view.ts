@@ -23,6 +23,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   const searchBox = h("input", { id: "tl-search", type: "search", placeholder: "search names (Enter: next)" });
   const searchInfo = h("span", { id: "tl-search-info", class: "muted" });
   const status = h("span", { id: "tl-status", class: "muted" });
+  /** the status line, cut to the toolbar's one line: the whole text on hover */
+  const setStatus = (text: string): void => {
+    status.textContent = text;
+    status.title = text;
+  };
   const arrowsBox = h("input", { id: "tl-all-arrows", type: "checkbox" });
   const details = h("div", { id: "tl-details", class: "tl-details" }, h("p", { class: "muted" }, "Click an event."));
   const wrap = h("div", { class: "tl-canvas-wrap" }, canvas);
@@ -46,7 +51,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       searchInfo,
       h("label", { class: "field" }, arrowsBox, "all arrows"),
       h("button", { id: "tl-fit", type: "button", onclick: () => fit() }, "Fit (F)"),
-      h("span", { class: "muted" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll"),
+      h("span", { class: "muted tl-keys" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll · Esc deselect"),
       status,
     ),
     placeholder,
@@ -215,7 +220,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       prepared = null;
       state.tiles += 1; // an empty tile: nothing expanded yet
       state.loading = false;
-      status.textContent = "expand a node and a GPU to see its rows";
+      setStatus("expand a node and a GPU to see its rows");
       redraw();
       return;
     }
@@ -233,7 +238,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width };
       state.tiles += 1;
       const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
-      status.textContent = `${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`;
+      setStatus(`${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`);
       if (state.allArrows) {
         state.flows = (await api.getFlows(state.profile, ids, state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1)))).flows;
       }
@@ -332,6 +337,15 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     redraw();
   }
 
+  /** No selection: its outline, arrows and details go; Fit fits the profile again. */
+  function deselect(): void {
+    if (!state.selected) return;
+    state.selected = null;
+    state.selectedInstants = 0;
+    details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
+    redraw();
+  }
+
   function showDetails(tab: "details" | "connections"): void {
     const d = state.selected;
     if (d) renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
@@ -402,11 +416,16 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     pan,
     fit,
     hover,
+    clear: deselect,
     click: (x: number, y: number) => {
       const found = hit(x, y);
       const t = state.tile;
-      if (!found) return;
-      if (t && found.mark >= 0) void select(t.mId[found.mark]!, false, t.rows[t.mRow[found.mark]!], t.mCount[found.mark]!);
+      if (!found) {
+        if (y > RULER) deselect(); // below every row: empty canvas
+        return;
+      }
+      if (found.event < 0 && found.mark < 0 && found.row.type !== "group") deselect();
+      else if (t && found.mark >= 0) void select(t.mId[found.mark]!, false, t.rows[t.mRow[found.mark]!], t.mCount[found.mark]!);
       else if (found.row.type === "group") toggle(found.row.id);
       else if (t && found.event >= 0) void select(t.id[found.event]!, false, found.row.id);
     },
@@ -452,7 +471,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.flows = [];
     relayout();
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
-    status.textContent = "";
+    setStatus("");
     body.hidden = true;
     placeholder.hidden = false;
   }
@@ -468,14 +487,17 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.selected = null;
     state.open = new Set(["job"]);
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
-    status.textContent = "loading rows…";
+    setStatus("loading rows…");
     try {
       let rows = await api.getRows(id);
+      const began = performance.now();
       // a profile that was not imported: its index is built now, once; say how far it has got
       while ("building" in rows) {
         state.building = rows.progress;
         state.buildingSeen += 1;
-        status.textContent = `building the timeline index of this profile: ${Math.round(rows.progress * 100)}% (once per profile; hyperscope import does it ahead)`;
+        state.buildingLog.push(rows.progress);
+        const s = Math.round((performance.now() - began) / 1000);
+        setStatus(`building the timeline index of this profile: ${Math.round(rows.progress * 100)}%, ${s} s (once per profile; hyperscope import does it ahead)`);
         await new Promise((done) => setTimeout(done, 500));
         if (state.profile !== id) return;
         rows = await api.getRows(id);
