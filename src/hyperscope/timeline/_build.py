@@ -211,7 +211,7 @@ def build(
                 "ORDER BY ev.side, ev.a, ev.b, ev.ts_ns, ev.dur DESC, ev.src",
                 {"rank": rank},
             ).fetchnumpy()
-            rank_start, rank_n = start, sum(rows[k]["n"] for k in keys)
+            rank_start, rank_n = start, int(sum(rows[k]["n"] for k in keys))
 
             def at(filled: int, rank_start: int = rank_start, rank_n: int = rank_n) -> float:
                 """the share done once `filled` of the rank's events are filled: its sort (the
