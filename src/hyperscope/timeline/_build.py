@@ -171,7 +171,7 @@ def build(
             key = (int(rank), str(side), int(a), int(b))
             r = rows.setdefault(key, {"node": str(node), "n": 0, "lo": int(lo), "hi": int(hi)})
             r["m"], r["lo"], r["hi"] = int(n), min(r["lo"], int(lo)), max(r["hi"], int(hi))
-        total = sum(r["n"] for r in rows.values())
+        total = int(sum(r["n"] for r in rows.values()))
         corr_lo = min((int(f[8]) for f in found), default=-1)
         corr_hi = max((int(f[9]) for f in found), default=-1)
         widest = max((r["n"] for r in rows.values()), default=0)
