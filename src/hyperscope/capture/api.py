@@ -205,4 +205,3 @@ def _install_exit_hooks() -> None:
 
     sys.excepthook = excepthook
     atexit.register(stop_profiling)
-

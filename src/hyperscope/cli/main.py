@@ -57,7 +57,6 @@ app = typer.Typer(
 )
 
 
-
 def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(Text("error: ", style="bold red") + Text(message))
     raise typer.Exit(code)
