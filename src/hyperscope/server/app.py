@@ -332,6 +332,7 @@ def _filters(con: duckdb.DuckDBPyConnection) -> FiltersOut:
         ranks=sorted({int(r) for r, _ in have}),
         steps=StepRange(min=int(lo), max=int(hi)) if lo is not None and hi is not None else None,
         annotations=[str(n) for (n,) in names],
+        rank_nodes={str(r): sorted({str(n) for rr, n in have if rr == r}) for r in {r for r, _ in have}},
     )
 
 

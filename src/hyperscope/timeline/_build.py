@@ -216,7 +216,7 @@ def build(
             def at(filled: int, rank_start: int = rank_start, rank_n: int = rank_n) -> float:
                 """the share done once `filled` of the rank's events are filled: its sort (the
                 query above) about half of its time, filling its rows the rest"""
-                return prep + (1 - prep) * (rank_start + rank_n / 2 + filled / 2) / max(1, total)
+                return float(prep + (1 - prep) * (rank_start + rank_n / 2 + filled / 2) / max(1, total))
 
             report(at(0))
             offset = 0
