@@ -233,7 +233,17 @@ def compare(a: Side, b: Side, *, labels: tuple[str, str] = ("A", "B")) -> Compar
             operators,
             ("operator durations are inclusive (an operator contains the ones it calls)",),
         ),
-        "memory": Table("Peak GPU memory (highest over each side's GPUs)", MetricRow, _memory(sa, sb)),
+        "memory": Table(
+            "Peak GPU memory (highest over each side's GPUs)",
+            MetricRow,
+            _memory(sa, sb),
+            tuple(
+                f"{label}: {n}"
+                for label, side in zip(labels, (sa, sb), strict=True)
+                for n in side.memory.notes
+                if n not in side.notes
+            ),
+        ),
         "collectives": Table(
             "Communication per collective",
             CollectiveDeltaRow,

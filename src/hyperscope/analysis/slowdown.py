@@ -29,8 +29,23 @@ def _sq(text: str) -> str:
     return text.replace("'", "''")
 
 
-def write_slowed(source: Profile, path: Path, slow: dict[str, int], *, threads: int | None = None) -> Profile:
-    """Write B (``source`` with the kernels of ``slow`` slowed) into the new directory ``path``."""
+def _renamed(rename: dict[str, str]) -> str:
+    if not rename:
+        return "e.name"
+    whens = " ".join(f"WHEN '{_sq(a)}' THEN '{_sq(b)}'" for a, b in rename.items())
+    return f"CASE e.name {whens} ELSE e.name END AS name"
+
+
+def write_slowed(
+    source: Profile,
+    path: Path,
+    slow: dict[str, int],
+    *,
+    rename: dict[str, str] | None = None,
+    threads: int | None = None,
+) -> Profile:
+    """Write B (``source`` with the kernels of ``slow`` slowed, and events named as keys of
+    ``rename`` renamed, as a new build of a kernel would be) into the new directory ``path``."""
     if not slow or any(d < 0 for d in slow.values()):
         raise UsageError(f"slow {slow!r}: expected kernel names with non-negative ns to add")
     path.mkdir(parents=True, exist_ok=False)
@@ -41,6 +56,8 @@ def write_slowed(source: Profile, path: Path, slow: dict[str, int], *, threads: 
         if f.name == "ts_ns"
         else "CAST(e.dur_ns + coalesce(z.cum, 0) - coalesce(a.cum, 0) AS BIGINT) AS dur_ns"
         if f.name == "dur_ns"
+        else _renamed(rename or {})
+        if f.name == "name"
         else f"e.{f.name}"
         for f in EVENT_SCHEMA
     )
@@ -55,7 +72,8 @@ def write_slowed(source: Profile, path: Path, slow: dict[str, int], *, threads: 
         con.execute(
             f"""CREATE TEMP TABLE sl AS
                 SELECT rank, at_ns, CAST(max(cum) AS BIGINT) AS cum FROM (
-                    SELECT e.rank, e.ts_ns AS at_ns, sum(v.d) OVER (PARTITION BY e.rank ORDER BY e.ts_ns) AS cum
+                    SELECT e.rank, e.ts_ns AS at_ns,
+                           sum(v.d) OVER (PARTITION BY e.rank ORDER BY e.ts_ns) AS cum
                     FROM {src} e JOIN (VALUES {values}) v(name, d) ON e.name = v.name
                     WHERE e.kind = 'kernel' AND e.dur_ns IS NOT NULL) GROUP BY ALL"""
         )
