@@ -230,3 +230,10 @@ def test_normalised_names_keep_what_differs() -> None:
         normalise_kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)")
         == "ncclKernel_AllReduce_RING_LL_Sum_float"
     )
+
+
+def test_steps_side_by_side(slowed: Comparison) -> None:
+    pairs = slowed.tables["step_pairs"].rows
+    assert [p.step_a for p in pairs] == [p.step_b for p in pairs] == list(range(SPEC.steps))
+    assert all(p.delta_ns == PER_STEP * D for p in pairs)
+    assert [p.dur_a_ns for p in pairs] == [SPEC.step_dur(s) for s in range(SPEC.steps)]

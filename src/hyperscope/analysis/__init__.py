@@ -15,6 +15,7 @@ from hyperscope.analysis.compare import (
     DeltaRow,
     MetricRow,
     StepBinRow,
+    StepPairRow,
     SummaryRow,
     compare,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "Scope",
     "Source",
     "StepBinRow",
+    "StepPairRow",
     "StepRow",
     "StepStatsRow",
     "SummaryRow",

@@ -80,6 +80,19 @@ class StepBinRow:
 
 
 @dataclass(frozen=True, slots=True)
+class StepPairRow:
+    """The i-th step of A beside the i-th step of B (each the slowest of its ranks at that step
+    number: the step the job waited for), so the same step of each run is side by side."""
+
+    index: int
+    step_a: int | None
+    dur_a_ns: int | None
+    step_b: int | None
+    dur_b_ns: int | None
+    delta_ns: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class MetricRow:
     metric: str
     unit: str  # ns | % | bytes
@@ -215,6 +228,9 @@ def compare(a: Side, b: Side, *, labels: tuple[str, str] = ("A", "B")) -> Compar
         "summary": Table("Summary", SummaryRow, (summary,), tuple(notes)),
         "steps": _step_stats(sa, sb, labels),
         "step_histogram": Table("Step time distribution", StepBinRow, _step_bins(sa, sb)),
+        "step_pairs": Table(
+            "Steps side by side (slowest rank at each step)", StepPairRow, _step_pairs(sa, sb)
+        ),
         "gpu_time": Table(
             "GPU time (all GPUs of each side; per step = per rank's step)",
             MetricRow,
@@ -360,6 +376,24 @@ def _step_bins(sa: _SideData, sb: _SideData) -> tuple[StepBinRow, ...]:
             return h.lo_ns <= v < h.hi_ns or (last and v >= h.lo_ns)
 
         out.append(StepBinRow(h.lo_ns, h.hi_ns, sum(map(inside, ca)), sum(map(inside, cb))))
+    return tuple(out)
+
+
+def _slowest(side: _SideData) -> list[tuple[int, int]]:
+    by: dict[int, int] = {}
+    for r in side.steps.rows:
+        if not r.partial:
+            by[r.step] = max(by.get(r.step, 0), r.dur_ns)
+    return sorted(by.items())
+
+
+def _step_pairs(sa: _SideData, sb: _SideData) -> tuple[StepPairRow, ...]:
+    a, b = _slowest(sa), _slowest(sb)
+    out = []
+    for i in range(max(len(a), len(b))):
+        sa_, da = a[i] if i < len(a) else (None, None)
+        sb_, db = b[i] if i < len(b) else (None, None)
+        out.append(StepPairRow(i, sa_, da, sb_, db, db - da if da is not None and db is not None else None))
     return tuple(out)
 
 
