@@ -75,8 +75,8 @@ def diff(
     """Compare B against A: step time (median change, and whether it is beyond noise by a
     bootstrap interval), GPU time, kernels matched by name (and by name without template
     arguments or tile sizes) sorted by how much of the step-time change each explains, CPU
-    operators, peak memory, and communication per collective. Times in ms; per-step figures are
-    per rank's step."""
+    operators, peak memory, and communication per collective. Times in ms (GPU time in µs);
+    per-step figures are per rank's step."""
     try:
         ref_a, ref_b = split_ref(a), split_ref(b if b is not None else a)
         steps_a = parse_steps(steps) if steps is not None else None
@@ -113,11 +113,26 @@ def _label(ref: str, ranks: tuple[int, ...] | None, steps: tuple[int, int] | Non
     return text
 
 
+_METRIC_COLUMNS = ("metric", "unit", "a", "b", "delta", "a_per_step", "b_per_step", "delta_per_step")
+_SCALE = {"ns": ("µs", 1e-3), "bytes": ("MB", 1e-6), "%": ("%", 1.0)}
+
+
 def _shown(name: str, table: Table[Any]) -> Table[Any]:
-    """The terminal's cut of a table: the first rows, kernel tables without the name lists."""
+    """The terminal's cut of a table: the first rows, kernel tables without the name lists,
+    metric tables in µs and MB."""
+    from dataclasses import make_dataclass
+
+    if name in ("gpu_time", "memory"):
+        metric_type = make_dataclass("Metric", list(_METRIC_COLUMNS), frozen=True)
+
+        def scaled(r: Any) -> Any:
+            unit, factor = _SCALE.get(r.unit, (r.unit, 1.0))
+            values = [None if getattr(r, c) is None else getattr(r, c) * factor for c in _METRIC_COLUMNS[2:]]
+            return metric_type(r.metric, unit, *values)
+
+        return Table(table.title, metric_type, tuple(scaled(r) for r in table.rows), table.notes)
     if name not in ("kernels", "operators"):
         return table
-    from dataclasses import make_dataclass
 
     row_type = make_dataclass("Shown", list(_KERNEL_COLUMNS), frozen=True)
     rows = tuple(row_type(*(getattr(r, c) for c in _KERNEL_COLUMNS)) for r in table.rows[:_TERMINAL_ROWS])
