@@ -135,8 +135,16 @@ def _shown(name: str, table: Table[Any]) -> Table[Any]:
         return table
 
     row_type = make_dataclass("Shown", list(_KERNEL_COLUMNS), frozen=True)
-    rows = tuple(row_type(*(getattr(r, c) for c in _KERNEL_COLUMNS)) for r in table.rows[:_TERMINAL_ROWS])
+    rows = tuple(
+        row_type(_short(r.name), *(getattr(r, c) for c in _KERNEL_COLUMNS[1:]))
+        for r in table.rows[:_TERMINAL_ROWS]
+    )
     notes = table.notes
     if len(table.rows) > _TERMINAL_ROWS:
         notes = (*notes, f"{len(table.rows) - _TERMINAL_ROWS} more rows in --json")
     return Table(table.title, row_type, rows, notes)
+
+
+def _short(name: str, width: int = 48) -> str:
+    """A kernel name a terminal column can hold: the start, which says what it is (JSON has all)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
