@@ -312,7 +312,7 @@ def create_app(
         return _json(found)
 
     app.include_router(timeline.router(open_profile, limits, cache))
-    app.include_router(compare_api.router(open_profile, limits, cache))
+    app.include_router(compare_api.router(open_profile, limits, cache, _ERRORS))
     static.install(app, static_dir)
     return app
 

@@ -44,11 +44,16 @@ def _scope_out(scope: Scope) -> dict[str, Any]:
 
 
 def router(
-    open_profile: Callable[[str], tuple[ProfileHit, Profile]], limits: QueryLimits, cache: ProfileCache
+    open_profile: Callable[[str], tuple[ProfileHit, Profile]],
+    limits: QueryLimits,
+    cache: ProfileCache,
+    responses: dict[int | str, dict[str, Any]] | None = None,
 ) -> APIRouter:
+    """The endpoint, over the app's catalog look-up, query limits and cache; ``responses``: the
+    error answers the app documents for every endpoint."""
     api = APIRouter(tags=["compare"])
 
-    @api.get("/api/compare")
+    @api.get("/api/compare", responses=responses)
     def get_compare(
         a: Annotated[str, Query(description="profile id of the baseline (A)")],
         b: Annotated[str | None, Query(description="profile id of the compared run (B); default A")] = None,
