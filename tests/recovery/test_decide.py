@@ -5,7 +5,16 @@ from __future__ import annotations
 from hyperscope.cluster.slurm import operator_reason
 from hyperscope.health.model import Action as Remedy
 from hyperscope.health.model import CheckResult, HealthReport, Status
-from hyperscope.recovery.decide import Action, JobView, Kind, NodeView, Policy, decide_jobs, decide_nodes
+from hyperscope.recovery.decide import (
+    Action,
+    JobView,
+    Kind,
+    NodeView,
+    Policy,
+    decide_daemons,
+    decide_jobs,
+    decide_nodes,
+)
 
 
 def _failing(
@@ -150,3 +159,14 @@ def test_replacements_past_the_rate_limit_are_held_but_operators_are_not_braked(
     ]  # fmt: skip
     assert actions[1].reason.startswith("rate limit: 2 replacement(s) already in the last 600 s")
     assert actions[1].reason.endswith("held: not responding (Slurm: down)")
+
+
+def test_dead_controller_daemons_are_restarted() -> None:
+    assert decide_daemons([]) == []
+    assert decide_daemons([("munged", 7), ("slurmctld", 9)]) == [
+        Action(
+            Kind.RESTART,
+            ("munged", "slurmctld"),
+            "munged (pid 7) is gone, slurmctld (pid 9) is gone: started again",
+        )
+    ]

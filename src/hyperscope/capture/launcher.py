@@ -157,9 +157,7 @@ def stop_signal(code: int, stopped_by: int | None) -> int | None:
     return None
 
 
-def _settle_ranks(
-    home: Path, job: str, profile_id: str, code: int, stopped_by: int | None
-) -> LaunchResult:
+def _settle_ranks(home: Path, job: str, profile_id: str, code: int, stopped_by: int | None) -> LaunchResult:
     catalog = Catalog(home / CATALOG_FILE)
     try:
         try:

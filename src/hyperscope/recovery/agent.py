@@ -47,6 +47,7 @@ from hyperscope.recovery.decide import (
     Kind,
     NodeView,
     Policy,
+    decide_daemons,
     decide_jobs,
     decide_nodes,
 )
@@ -170,8 +171,8 @@ class Agent:
         dead = [p for p in state.procs if p.role in ("munged", "slurmctld") and not alive(p)]
         if not dead or state.provider != "local":
             return []
-        why = ", ".join(f"{p.role} (pid {p.pid}) is gone" for p in dead)
-        action = Action(Kind.RESTART, tuple(p.role for p in dead), f"{why}: started again")
+        dead.sort(key=lambda p: p.role != "munged")
+        (action,) = decide_daemons([(p.role, p.pid) for p in dead])
         base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": None}
         self.log({**base, "phase": "decided", "reason": action.reason})
         t0 = self.clock()

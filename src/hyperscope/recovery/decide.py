@@ -187,6 +187,15 @@ def _healthy(node: NodeView, health: Mapping[str, HealthReport]) -> bool:
     )
 
 
+def decide_daemons(dead: Sequence[tuple[str, int]]) -> list[Action]:
+    """The controller's daemons (``(role, pid)`` of each one found dead: munged, slurmctld) are
+    started again, in one action: munged first, since slurmctld needs it."""
+    if not dead:
+        return []
+    why = ", ".join(f"{role} (pid {pid}) is gone" for role, pid in dead)
+    return [Action(Kind.RESTART, tuple(role for role, _ in dead), f"{why}: started again")]
+
+
 @dataclass(frozen=True, slots=True)
 class JobView:
     job: str

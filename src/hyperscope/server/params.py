@@ -85,6 +85,4 @@ def check_steps_text(text: str) -> None:
         )
     for number in re.findall(r"\d+", text):
         if int(number) > STEP_MAX:
-            raise UsageError(
-                f"parameter 'steps' (got {shown(text)}): step numbers go from 0 to {STEP_MAX}"
-            )
+            raise UsageError(f"parameter 'steps' (got {shown(text)}): step numbers go from 0 to {STEP_MAX}")

@@ -98,8 +98,7 @@ class Store:
                     events = _profile.write_events(importer.con, STAGED_TABLE, out, offsets)
                     written = f"read_parquet({_sql.quote(str(out / 'events' / '*.parquet'))})"
                     bounds = importer.con.execute(
-                        f"SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {written} "
-                        "WHERE ph <> 'M'"
+                        f"SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {written} WHERE ph <> 'M'"
                     ).fetchall()[0]
                     warnings = device_like_others(importer.con, written, staged.ranks)
                 finally:
