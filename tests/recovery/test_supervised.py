@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,11 @@ def test_the_agent_and_slurmctld_are_restarted_and_the_catalog_follows_the_jobs(
 
     job = _sbatch(state, "--wrap", "sleep 8")
     wait_for("the job to run", lambda: (j := _job(state, job)) is not None and j.state == "RUNNING")
+    # slurmctld saves its jobs every few seconds: one killed before that forgets the job (the
+    # catalog then marks it Failed, "slurmctld forgot it"); here it is saved first
+    running_at = time.time()
+    saved = Path(state.dir) / "state" / "job_state"
+    wait_for("the job saved", lambda: saved.is_file() and saved.stat().st_mtime > running_at, timeout=60)
     ctld = _proc(state, "slurmctld")
     os.kill(ctld.pid, signal.SIGKILL)
     restarted = wait_for(
