@@ -143,6 +143,8 @@ def test_an_operators_mark_on_a_busy_node_waits_for_its_jobs_unless_set_down() -
     assert decide_nodes([busy], {}) == [
         Action(Kind.WAIT, ("w1",), "operator marked it: Action:Replace; waits for its jobs to end")
     ]
+    draining = NodeView("w1", "workers", "ALLOCATED", ("DRAIN",), reason="Action:Replace")
+    assert decide_nodes([draining], {})[0].kind is Kind.WAIT
     done = NodeView("w1", "workers", "IDLE", ("FAIL",), reason="Action:Reboot")
     assert decide_nodes([done], {})[0].kind is Kind.REBOOT
     now = NodeView("w1", "workers", "DOWN", ("COMPLETING",), reason="Action:Replace")  # --now
