@@ -39,7 +39,7 @@ def _log(state: ClusterState, kind: str, node: str | None = None) -> list[dict[s
 
 
 def _sbatch(state: ClusterState, *args: str) -> int:
-    done = Slurm(Path(state.slurm_conf)).run("sbatch", "--parsable", *args)
+    done = Slurm(Path(state.slurm_conf)).run("sbatch", "--parsable", "-o", "/dev/null", *args)
     return int(done.stdout.strip().split(";")[0])
 
 

@@ -44,7 +44,7 @@ def _catalog_status(state: ClusterState, job_id: int) -> JobStatus:
 
 
 def _sbatch(state: ClusterState, *args: str) -> int:
-    done = Slurm(Path(state.slurm_conf)).run("sbatch", "--parsable", *args)
+    done = Slurm(Path(state.slurm_conf)).run("sbatch", "--parsable", "-o", "/dev/null", *args)
     return int(done.stdout.strip().split(";")[0])
 
 
