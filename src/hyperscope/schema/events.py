@@ -218,6 +218,7 @@ SAMPLE_SCHEMA: Final = pa.schema(
     ]
 )
 
+
 class SampleMetric(enum.StrEnum):
     """Names in ``samples.metric``: what a sample measures, with its unit in the name.
 

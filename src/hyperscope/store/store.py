@@ -55,8 +55,15 @@ class Store:
         try:
             (self.home / PROFILES_DIR).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"{self.home}: cannot create the store directory: {exc.strerror}") from exc
+            # an existing store on a read-only filesystem is read (see Catalog); a new one fails
+            if not (self.home / CATALOG_FILE).is_file():
+                raise StoreError(f"{self.home}: cannot create the store directory: {exc.strerror}") from exc
         self.catalog = Catalog(self.home / CATALOG_FILE)
+
+    @property
+    def read_only(self) -> str:
+        """Why the store can only be read ("" when it can be written): see :class:`Catalog`."""
+        return self.catalog.read_only
 
     def close(self) -> None:
         self.catalog.close()
