@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
 
+import duckdb
 import typer
 from rich.progress import (
     BarColumn,
@@ -154,8 +155,22 @@ def import_(
         )
         for warning in report.warnings:
             err.print(Text("warning: ", style="bold yellow") + Text(warning))
-        _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
-    precompute_for_ui(store.home, report.job.name, report.profile.id)
+        try:
+            _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
+            precompute_for_ui(store.home, report.job.name, report.profile.id)
+        except (HyperscopeError, duckdb.Error, OSError) as exc:
+            if _still_there(store, report):
+                raise
+            # `hyperscope rm` (an operator's own action) removed it meanwhile: the import did its part
+            err.print(Text("warning: ", style="bold yellow") + Text(f"job {report.job.name!r} was "
+                      f"removed while this import finished (profile {report.profile.id}): {exc}"))
+
+
+def _still_there(store: Store, report: ImportReport) -> bool:
+    try:
+        return any(p.id == report.profile.id for p in store.job(report.job.name).profiles)
+    except HyperscopeError:
+        return False
 
 
 def _expand(paths: list[Path]) -> list[Path]:

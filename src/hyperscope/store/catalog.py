@@ -218,7 +218,9 @@ class Catalog:
                     profile.origin,
                 ),
             )
-        return self.job(str(job_id))
+            # read in the same transaction: a `hyperscope rm` right after cannot make it fail
+            row = db.execute(_JOB_SELECT + " WHERE id = ?", (job_id,)).fetchone()
+            return self._with_profiles(_job(row))
 
     def open_capture(
         self, job_name: str, profile: ProfileRef, *, rank: int, node: str, world_size: int
@@ -454,8 +456,10 @@ class Catalog:
         return [self._with_profiles(_job(r)) for r in self._db.execute(sql, params).fetchall()]
 
     def remove(self, job: str) -> Job:
-        found = self.job(job)
+        """The job and every profile it holds as it is deleted: read in the deleting transaction,
+        so a profile another process adds meanwhile is either listed here or added after."""
         with self._write() as db:
+            found = self.job(job)
             db.execute("DELETE FROM jobs WHERE id = ?", (found.id,))
         return found
 

@@ -13,7 +13,14 @@ from pathlib import Path
 import duckdb
 
 from hyperscope.errors import HyperscopeError, StoreError, UsageError
-from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, RankMeta, profile_dir
+from hyperscope.schema.layout import (
+    CATALOG_FILE,
+    PROFILES_DIR,
+    STAGING_PREFIX,
+    ProfileMeta,
+    RankMeta,
+    profile_dir,
+)
 from hyperscope.store import _sql
 from hyperscope.store import profile as _profile
 from hyperscope.store._categories import device_like_others
@@ -138,7 +145,8 @@ class Store:
         except HyperscopeError:
             shutil.rmtree(target, ignore_errors=True)
             raise
-        return ImportReport(job_row, job_row.profiles[-1], staged.files, meta.ranks, source_bytes, warnings)
+        own = next(p for p in job_row.profiles if p.id == meta.profile_id)  # not another import's
+        return ImportReport(job_row, own, staged.files, meta.ranks, source_bytes, warnings)
 
     # -- read -----------------------------------------------------------------------------------
 
@@ -164,10 +172,27 @@ class Store:
     # -- delete ---------------------------------------------------------------------------------
 
     def remove(self, job: str) -> Job:
-        """Forget the job first (readers stop finding it), then delete its files."""
+        """Forget the job first (readers stop finding it), then delete its files.
+
+        Each profile directory is first renamed to a staging name of this process, so that a
+        process still writing beside the profile (an import precomputing the dashboard or the
+        timeline index) cannot bring ``profiles/<id>/`` back; whatever it writes into the renamed
+        directory goes with it, or with the next import's sweep of abandoned staging directories.
+        """
         removed = self.catalog.remove(job)
         for ref in removed.profiles:
-            shutil.rmtree(profile_dir(self.home, ref.id), ignore_errors=True)
+            path = profile_dir(self.home, ref.id)
+            doomed = path.with_name(f"{STAGING_PREFIX}{os.getpid()}-rm-{ref.id}")
+            try:
+                os.rename(path, doomed)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                doomed = path
+            for _ in range(5):  # a writer may add a file while the tree is being removed
+                shutil.rmtree(doomed, ignore_errors=True)
+                if not doomed.exists():
+                    break
         return removed
 
     # -- export ---------------------------------------------------------------------------------

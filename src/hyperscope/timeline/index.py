@@ -256,7 +256,8 @@ def _build_into(
     tmp = where.with_name(f".{where.name}.{os.getpid()}-{uuid.uuid4().hex[:6]}")
     _remove_abandoned(where.parent)
     try:
-        tmp.mkdir(parents=True)
+        where.parent.mkdir(exist_ok=True)  # never the profile's own directory: removed is removed
+        tmp.mkdir()
     except OSError as exc:
         log.debug("hyperscope: the timeline index of %s is kept in memory: %s", where, exc)
         return None
