@@ -207,4 +207,3 @@ def _install_exit_hooks() -> None:
 
     sys.excepthook = excepthook
     atexit.register(stop_profiling)
-

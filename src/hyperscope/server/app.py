@@ -40,6 +40,7 @@ from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server import auth, params, static, timeline
+from hyperscope.server import compare as compare_api
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
 from hyperscope.server.limits import QueryLimits, QueryTimeout, RowCapExceeded
@@ -322,6 +323,7 @@ def create_app(
         return _json(found)
 
     app.include_router(timeline.router(open_profile, limits, cache))
+    app.include_router(compare_api.router(open_profile, limits, cache, _ERRORS))
     static.install(app, static_dir)
     return app
 
@@ -343,6 +345,7 @@ def _filters(con: duckdb.DuckDBPyConnection) -> FiltersOut:
         ranks=sorted({int(r) for r, _ in have}),
         steps=StepRange(min=int(lo), max=int(hi)) if lo is not None and hi is not None else None,
         annotations=[str(n) for (n,) in names],
+        rank_nodes={str(r): sorted({str(n) for rr, n in have if rr == r}) for r in {r for r, _ in have}},
     )
 
 

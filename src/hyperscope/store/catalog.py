@@ -234,8 +234,14 @@ class Catalog:
                 cur = db.execute(
                     "INSERT INTO jobs(name, created_ns, updated_ns, status, nodes, ranks) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    (job_name, profile.created_ns, profile.created_ns, JobStatus.IN_PROGRESS.value,
-                     json.dumps([node] if node else []), world_size),
+                    (
+                        job_name,
+                        profile.created_ns,
+                        profile.created_ns,
+                        JobStatus.IN_PROGRESS.value,
+                        json.dumps([node] if node else []),
+                        world_size,
+                    ),
                 )
                 job_id = int(cur.lastrowid or 0)
             else:
@@ -359,12 +365,15 @@ class Catalog:
             _add_slurm_columns(db)
             row = None
             if slurm_job_id is not None:
-                row = db.execute(
-                    "SELECT id FROM jobs WHERE slurm_cluster = ? AND slurm_job_id = ?",
-                    (cluster, slurm_job_id),
-                ).fetchone() or db.execute(
-                    "SELECT id FROM jobs WHERE name = ? AND slurm_job_id IS NULL", (name,)
-                ).fetchone()
+                row = (
+                    db.execute(
+                        "SELECT id FROM jobs WHERE slurm_cluster = ? AND slurm_job_id = ?",
+                        (cluster, slurm_job_id),
+                    ).fetchone()
+                    or db.execute(
+                        "SELECT id FROM jobs WHERE name = ? AND slurm_job_id IS NULL", (name,)
+                    ).fetchone()
+                )
             if row is None:
                 unique, n = name, 1
                 while db.execute("SELECT 1 FROM jobs WHERE name = ?", (unique,)).fetchone():
