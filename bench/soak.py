@@ -212,7 +212,7 @@ def main() -> None:
         con = http.client.HTTPConnection(host, port, timeout=300)
         _, body = get(con, f"/api/profiles/{pid}/filters")
         filters = json.loads(body)
-        while (answer := get(con, f"/api/profiles/{pid}/timeline/rows"))[0] == 503:
+        while (answer := get(con, f"/api/profiles/{pid}/timeline/rows"))[0] in (202, 503):
             time.sleep(0.5)
         rows = json.loads(answer[1])
         con.close()
