@@ -104,13 +104,13 @@ def get(url: str) -> tuple[int, bytes]:
 
 
 def rows_when_built(base: str, proc: subprocess.Popen[str]) -> tuple[int, bytes]:
-    """``/rows``: 503 while the index is built in the background, then the rows."""
+    """``/rows``: 202 while the index is built in the background, then the rows."""
     url = f"{base}api/profiles/{H200_PROFILE}/timeline/rows"
     deadline = time.monotonic() + 180
     while True:
         code, body = get(url)
         assert proc.poll() is None, f"the server died (exit {proc.returncode})"
-        if code != 503 or time.monotonic() > deadline:
+        if code != 202 or time.monotonic() > deadline:
             return code, body
         time.sleep(0.2)
 

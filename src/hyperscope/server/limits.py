@@ -55,12 +55,17 @@ class QueryLimits:
     Each analysis may take DuckDB's memory limit (1 GB below 20M events) and every core, so a
     burst of requests (a user clicking through filters, several users) queues for one of
     ``concurrent`` slots instead of multiplying the memory; the wait counts in the time limit.
+    Work run ``lazy`` (timeline tiles, links, searches: answered from the memory-mapped index in
+    milliseconds, DuckDB only for sample rows) has ``light`` slots of its own, so that a tile
+    never waits behind two dashboards of seconds each (it waited up to 25 s in bench/soak.py).
     """
 
     timeout_s: float = 30.0
     max_rows: int = 100_000
     concurrent: int = 2
+    light: int = 6
     _slots: threading.BoundedSemaphore = field(init=False, repr=False, compare=False)
+    _light: threading.BoundedSemaphore = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -69,7 +74,10 @@ class QueryLimits:
             raise ValueError(f"max_rows {self.max_rows}: expected a positive number of rows")
         if self.concurrent < 1:
             raise ValueError(f"concurrent {self.concurrent}: expected at least 1")
+        if self.light < 1:
+            raise ValueError(f"light {self.light}: expected at least 1")
         object.__setattr__(self, "_slots", threading.BoundedSemaphore(self.concurrent))
+        object.__setattr__(self, "_light", threading.BoundedSemaphore(self.light))
 
     def run(
         self,
@@ -86,16 +94,17 @@ class QueryLimits:
         Raises :class:`QueryTimeout` (after interrupting DuckDB) or whatever ``work`` raised.
         """
         started = time.monotonic()
-        if not self._slots.acquire(timeout=self.timeout_s):
+        slots, count = (self._light, self.light) if lazy else (self._slots, self.concurrent)
+        if not slots.acquire(timeout=self.timeout_s):
             raise QueryTimeout(
-                f"{what} waited {self.timeout_s:g} s for one of the server's {self.concurrent} analysis "
+                f"{what} waited {self.timeout_s:g} s for one of the server's {count} analysis "
                 "slots, all busy with other requests; retry, or start the server with a larger "
                 "--query-timeout"
             )
         slot: _Slot[T] = _Slot()
         worker = threading.Thread(
             target=_work,
-            args=(slot, profile, work, self._slots, lazy),
+            args=(slot, profile, work, slots, lazy),
             name=f"hyperscope-query-{what}",
             daemon=True,
         )
