@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import json
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -191,10 +192,12 @@ def test_bad_parameters_name_themselves(generated: Profile) -> None:
 
 
 def test_columns_take_the_narrowest_type(generated: Profile) -> None:
-    """Types chosen from the data and written in the .npy headers; durations read from ``cum``."""
+    """Types chosen from the data, kept in the stored index's meta.json and given back at load;
+    durations read from ``cum``."""
     index = tl.load(generated)
     where = tl.index.index_dir(generated)
-    types = {c: np.load(where / f"{c}.npy", mmap_mode="r").dtype.str for c in tl.index.COLUMNS}
+    types = json.loads((where / "meta.json").read_text())["types"]
+    assert {c: np.asarray(getattr(index, c)).dtype.str for c in tl.index.COLUMNS} == types
     assert types == {
         "ts": "<i8", "cum": "<i8", "name": "<u2", "kind": "|i1", "corr": "<i4", "depth": "|u1",
         "src": "<u4", "perm": "<u4", "m_ts": "<i8", "m_name": "<u2", "m_src": "<u4",

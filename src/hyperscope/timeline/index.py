@@ -49,11 +49,13 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.derived import DERIVED_DIR, source_digest
 from hyperscope.store.profile import Profile
+from hyperscope.timeline import _packed
 
 log = logging.getLogger("hyperscope.timeline")
 
@@ -261,6 +263,7 @@ def _build_into(
         return None
     try:
         index = build(profile, tmp, progress)
+        _pack(tmp)
         for old in where.parent.glob("timeline-*"):  # indexes of older code or fewer parts
             if old != where:
                 shutil.rmtree(old, ignore_errors=True)
@@ -280,21 +283,42 @@ def _build_and_store(profile: Profile, where: Path, progress: Callable[[float], 
     return index if index is not None else build(profile, progress=progress)
 
 
+def _pack(where: Path) -> None:
+    """Replace the ``.npy`` columns the builder wrote by their packed form (``_packed``)."""
+    meta = json.loads((where / "meta.json").read_text())
+    packed: dict[str, Any] = {}
+    types: dict[str, str] = {}
+    for c in COLUMNS:
+        npy = where / f"{c}.npy"
+        values = np.load(npy, mmap_mode="r")
+        types[c] = values.dtype.str
+        if c not in _packed.FROM_EVENTS:
+            packed[c] = _packed.pack(c, values, where / f"{c}.zst")
+        del values
+        npy.unlink()
+    meta["packed"], meta["types"] = packed, types
+    (where / "meta.json").write_text(json.dumps(meta))
+
+
 def _read(where: Path) -> Index | None:
+    """The index kept at ``where`` (in ``<profile>/derived/``), unpacked; None if it is not there
+    or not whole. ``ts``, ``cum`` and ``corr`` come from the profile's events (``_packed``)."""
     try:
         meta = json.loads((where / "meta.json").read_text())
-        # plain arrays over the mapped files: slicing a memmap costs a Python call, hundreds a tile
-        arrays = {c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS}
+        arrays = {c: _packed.unpack(c, spec, where / f"{c}.zst") for c, spec in meta["packed"].items()}
+        events = where.parent.parent / EVENTS_DIR
+        parts = [events / name for name in meta["parts"]]
+        arrays.update(_packed.from_events(parts, arrays["src"], meta["types"]))
         rows = tuple(
             RowInfo(
                 **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}
             )
             for r in meta["rows"]
         )
-        names, parts, offsets = tuple(meta["names"]), tuple(meta["parts"]), tuple(meta["offsets"])
-    except (OSError, ValueError, KeyError, TypeError):
+        names, parts_, offsets = tuple(meta["names"]), tuple(meta["parts"]), tuple(meta["offsets"])
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
-    return Index(rows=rows, names=names, parts=parts, offsets=offsets, **arrays)
+    return Index(rows=rows, names=names, parts=parts_, offsets=offsets, **arrays)
 
 
 def span(index: Index) -> tuple[int, int]:
