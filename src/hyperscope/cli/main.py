@@ -145,15 +145,18 @@ def import_(
                 report = store.import_traces(paths, job, rank=rank, progress=advance)
             except HyperscopeError as exc:
                 _fail(f"{exc}\nnothing was imported", 2 if isinstance(exc, UsageError) else 1)
+    # the dashboard and the timeline index are kept beside the profile: counted in its size below
+    precompute_for_ui(store.home, report.job.name, report.profile.id)
+    with _store(home) as store:
+        profile = store.profile(report.job.name, report.profile.id)
         read = sum(f.events for f in report.files)
         out.print(
             f"imported {len(report.files)} file(s), {len(report.ranks)} rank(s) into job "
             f"[bold]{report.job.name}[/] (profile {report.profile.id}): "
             f"{read:,} events read, {report.profile.events:,} stored, {read - report.profile.events:,} "
-            f"skipped; {_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} on disk"
+            f"skipped; {_mb(report.source_bytes)} of JSON → {_mb(profile.disk_bytes())} on disk"
         )
-        _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
-    precompute_for_ui(store.home, report.job.name, report.profile.id)
+        _print_summary(summarize(profile))
 
 
 def _expand(paths: list[Path]) -> list[Path]:

@@ -3,8 +3,8 @@
 A tile must answer in milliseconds whatever the zoom, and the Parquet store is sorted by
 ``(rank, pid, tid, kind, ts_ns)``, which mixes the kinds of one thread and knows nothing of nesting.
 So once per profile (at import, at the end of a capture, or at first view) the events are read once
-and kept beside the profile in ``<profile>/derived/timeline-<digest>/`` as plain ``.npy`` columns
-that later processes memory-map:
+and kept beside the profile in ``<profile>/derived/timeline-<digest>/``, packed (``_packed``:
+delta-coded, byte-shuffled zstd, 1-4 bytes per event) and read back into memory by later processes:
 
 - rows: one per host thread (``host/<rank>/<pid>/<tid>``) and per GPU stream
   (``stream/<rank>/<device>/<stream>``); within a row events are sorted by ``(depth, ts_ns)``, where
@@ -22,8 +22,8 @@ that later processes memory-map:
   row, sorted by ``(ts, id)``, for the tiles' marks. A row may hold only instants (no events).
 
 Each column takes the narrowest integer type its values fit (``name`` uint16 below 65,536 names,
-``corr`` int32, ``depth`` uint8 up to 255 levels, ``src`` and ``perm`` uint32), written in the
-``.npy`` header itself; ``ts`` and ``cum`` are int64. An event's id (``src``) is its row number in
+``corr`` int32, ``depth`` uint8 up to 255 levels, ``src`` and ``perm`` uint32), kept in
+``meta.json`` (``types``); ``ts`` and ``cum`` are int64. An event's id (``src``) is its row number in
 the profile's part files taken in name order (``offsets`` in ``meta.json`` says where each part
 begins): below 2^53, so JSON-safe, and stable for a given index.
 
@@ -288,37 +288,49 @@ def _pack(where: Path) -> None:
     meta = json.loads((where / "meta.json").read_text())
     packed: dict[str, Any] = {}
     types: dict[str, str] = {}
+    cum = np.load(where / "cum.npy", mmap_mode="r")
     for c in COLUMNS:
         npy = where / f"{c}.npy"
         values = np.load(npy, mmap_mode="r")
         types[c] = values.dtype.str
-        if c not in _packed.FROM_EVENTS:
-            packed[c] = _packed.pack(c, values, where / f"{c}.zst")
+        if c == "ts":  # a start less the durations before it: the idle time since the one before
+            values = _ts_less_cum(values, cum, np.subtract)
+        packed[c] = _packed.pack(c, values, where / f"{c}.zst")
         del values
-        npy.unlink()
+    del cum
+    for c in COLUMNS:
+        (where / f"{c}.npy").unlink()
     meta["packed"], meta["types"] = packed, types
-    (where / "meta.json").write_text(json.dumps(meta))
+    (where / "meta.json").write_text(json.dumps(meta, separators=(",", ":")))
+
+
+def _ts_less_cum(ts: Any, cum: Any, op: Any) -> I64:
+    """``op(ts, cum[:-1])`` block by block (the index may hold 100M events)."""
+    out = np.empty(len(ts), dtype=np.int64)
+    step = 1 << 22
+    for k in range(0, len(ts), step):
+        part = np.asarray(ts[k : k + step], dtype=np.int64)
+        out[k : k + len(part)] = op(part, cum[k : k + len(part)])
+    return out
 
 
 def _read(where: Path) -> Index | None:
     """The index kept at ``where`` (in ``<profile>/derived/``), unpacked; None if it is not there
-    or not whole. ``ts``, ``cum`` and ``corr`` come from the profile's events (``_packed``)."""
+    or not whole."""
     try:
         meta = json.loads((where / "meta.json").read_text())
         arrays = {c: _packed.unpack(c, spec, where / f"{c}.zst") for c, spec in meta["packed"].items()}
-        events = where.parent.parent / EVENTS_DIR
-        parts = [events / name for name in meta["parts"]]
-        arrays.update(_packed.from_events(parts, arrays["src"], meta["types"]))
+        arrays["ts"] = _ts_less_cum(arrays["ts"], arrays["cum"], np.add)
         rows = tuple(
             RowInfo(
                 **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}
             )
             for r in meta["rows"]
         )
-        names, parts_, offsets = tuple(meta["names"]), tuple(meta["parts"]), tuple(meta["offsets"])
+        names, parts, offsets = tuple(meta["names"]), tuple(meta["parts"]), tuple(meta["offsets"])
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
-    return Index(rows=rows, names=names, parts=parts_, offsets=offsets, **arrays)
+    return Index(rows=rows, names=names, parts=parts, offsets=offsets, **arrays)
 
 
 def span(index: Index) -> tuple[int, int]:
