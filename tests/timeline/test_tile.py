@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hyperscope import timeline as tl
+from hyperscope.store.derived import read_packed
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.index import HOST_KINDS, KINDS
 from hyperscope.timeline.tile import MAX_EVENTS, boundaries
@@ -196,7 +197,7 @@ def test_columns_take_the_narrowest_type(generated: Profile) -> None:
     durations read from ``cum``."""
     index = tl.load(generated)
     where = tl.index.index_dir(generated)
-    types = json.loads((where / "meta.json").read_text())["types"]
+    types = json.loads(read_packed(where / "meta.json.zst"))["types"]
     assert {c: np.asarray(getattr(index, c)).dtype.str for c in tl.index.COLUMNS} == types
     assert types == {
         "ts": "<i8", "cum": "<i8", "name": "<u2", "kind": "|i1", "corr": "<i4", "depth": "|u1",
