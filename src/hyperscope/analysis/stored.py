@@ -25,7 +25,7 @@ import orjson
 
 from hyperscope.analysis._common import ALL
 from hyperscope.analysis.dashboard import BUCKETS, TOP_K, dashboard, to_json
-from hyperscope.store.derived import DERIVED_DIR, source_digest
+from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
 from hyperscope.store.profile import Profile
 
 log = logging.getLogger("hyperscope.analysis")
@@ -37,14 +37,14 @@ def code_digest() -> str:
 
 
 def dashboard_path(profile: Profile, top_k: int = TOP_K, buckets: int = BUCKETS) -> Path:
-    return profile.path / DERIVED_DIR / f"dashboard-{code_digest()}-k{top_k}-b{buckets}.json"
+    return profile.path / DERIVED_DIR / f"dashboard-{code_digest()}-k{top_k}-b{buckets}.json.zst"
 
 
 def load_dashboard(profile: Profile, top_k: int = TOP_K, buckets: int = BUCKETS) -> dict[str, Any] | None:
     """The stored whole-profile dashboard (``to_json`` form), or ``None`` when there is none."""
     try:
-        data = orjson.loads(dashboard_path(profile, top_k, buckets).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        data = orjson.loads(read_packed(dashboard_path(profile, top_k, buckets)))
+    except (OSError, ValueError):  # orjson.JSONDecodeError is a ValueError
         return None
     return data if isinstance(data, dict) else None
 
@@ -57,7 +57,7 @@ def save_dashboard(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
-        tmp.write_bytes(orjson.dumps(tables))
+        write_packed(tmp, orjson.dumps(tables))  # zstd: counted in the profile's size
         tmp.replace(path)  # readers see the whole answer or none
     except OSError as exc:
         log.debug("hyperscope: the dashboard of %s is not stored: %s", profile.path, exc)

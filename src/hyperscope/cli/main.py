@@ -146,18 +146,22 @@ def import_(
                 report = store.import_traces(paths, job, rank=rank, progress=advance)
             except HyperscopeError as exc:
                 _fail(f"{exc}\nnothing was imported", 2 if isinstance(exc, UsageError) else 1)
-        read = sum(f.events for f in report.files)
-        out.print(
-            f"imported {len(report.files)} file(s), {len(report.ranks)} rank(s) into job "
-            f"[bold]{report.job.name}[/] (profile {report.profile.id}): "
-            f"{read:,} events read, {report.profile.events:,} stored, {read - report.profile.events:,} "
-            f"skipped; {_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} on disk"
-        )
-        for warning in report.warnings:
-            err.print(Text("warning: ", style="bold yellow") + Text(warning))
+    read = sum(f.events for f in report.files)
+    with _store(home) as store:
         try:
-            _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
+            # the dashboard and the timeline index are kept beside the profile: counted in its size
             precompute_for_ui(store.home, report.job.name, report.profile.id)
+            profile = store.profile(report.job.name, report.profile.id)
+            out.print(
+                f"imported {len(report.files)} file(s), {len(report.ranks)} rank(s) into job "
+                f"[bold]{report.job.name}[/] (profile {report.profile.id}): "
+                f"{read:,} events read, {report.profile.events:,} stored, "
+                f"{read - report.profile.events:,} skipped; {_mb(report.source_bytes)} of JSON → "
+                f"{_mb(profile.disk_bytes())} on disk"
+            )
+            for warning in report.warnings:
+                err.print(Text("warning: ", style="bold yellow") + Text(warning))
+            _print_summary(summarize(profile))
         except (HyperscopeError, duckdb.Error, OSError) as exc:
             if _still_there(store, report):
                 raise

@@ -49,18 +49,24 @@ def _sql_type(t: pa.DataType) -> str:
     raise TypeError(f"no SQL type for {t}")
 
 
-def read_raw(path: str) -> str:
+def _object_size(largest: int) -> int:
+    """DuckDB's ``maximum_object_size``: 16 MB, or the chunk's size when one event is larger (the
+    reader refuses events over ``_tracefile.EVENT_LIMIT`` before they get here)."""
+    return max(16 << 20, largest + 64)
+
+
+def read_raw(path: str, largest: int = 0) -> str:
     return (
         f"CREATE OR REPLACE TEMP TABLE raw AS SELECT * FROM read_json({quote(path)}, "
-        f"format='array', columns={RAW_COLUMNS}, maximum_object_size=16777216)"
+        f"format='array', columns={RAW_COLUMNS}, maximum_object_size={_object_size(largest)})"
     )
 
 
-def unknown_keys(path: str) -> str:
+def unknown_keys(path: str, largest: int = 0) -> str:
     known = ", ".join(quote(k) for k in KNOWN_KEYS)
     return (
         f"SELECT count(*) FROM read_json({quote(path)}, format='array', records=false, "
-        f"columns={{'json': 'JSON'}}, maximum_object_size=16777216) "
+        f"columns={{'json': 'JSON'}}, maximum_object_size={_object_size(largest)}) "
         f"WHERE len(list_filter(json_keys(json), lambda k: k NOT IN ({known}))) > 0"
     )
 

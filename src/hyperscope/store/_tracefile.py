@@ -5,10 +5,13 @@ Kineto files are one JSON object whose ``traceEvents`` array holds every event, 
 reach several GB, so this reader never holds the whole document: it hands out chunks of complete
 events (raw bytes, as written), and the header and trailer objects once they have been read.
 
-Chunks are cut at the separator that the writer put between two events (for Kineto
-``"},\\n  {"``). Because a raw newline cannot occur inside a JSON string, a separator that contains a
-newline can only be structural; a chunk cut at a wrong place (a compact file whose args hold nested
-objects) fails to parse downstream and is re-split exactly by :func:`split_events`.
+Chunks are cut where one event ends and the next begins (``}``, a comma, ``{``, with any
+whitespace between): a candidate cut is only taken once the bytes before it parse as a JSON
+sequence of complete values (msgspec, without building them: ~0.1 s per 16 MB chunk), so a brace
+inside a string or a nested object (``json.dumps(trace, indent=0)`` with lists of objects in
+``args``) is never taken for one, whatever separators the writer used, and each chunk's event count
+is exact. Events nested deeper than msgspec's and Python's parsers go (about 1,000 levels) and
+events over ``EVENT_LIMIT`` are refused with the file and the event's index.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Final
 
+import msgspec
 import orjson
 
 from hyperscope.errors import TraceFormatError
@@ -33,6 +37,14 @@ CHUNK_BYTES: Final = 16 << 20
 _HEADER_LIMIT: Final = 512 << 20
 _WS: Final = b" \t\r\n"
 _FIRST_SEP = re.compile(rb"\}(\s*,\s*)\{")
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+#: an event larger than this is refused: DuckDB reads each event whole, within the import's memory
+#: limit (256 MB: a string of 8 MB imports, one of 12 MB ran out of it)
+EVENT_LIMIT: Final = 8 << 20
+#: where a cut is looked for first: the last bytes of what has been read
+_TAIL: Final = 1 << 20
+_RAW: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_TOO_DEEP: Final = "nests objects or arrays deeper than hyperscope reads (about 1,000 levels)"
 
 #: Exact: fractions stay decimals, so timestamps keep every digit. NaN and Infinity (not JSON, but
 #: written by some tools) parse as floats for the validator to name.
@@ -91,8 +103,7 @@ class TraceFile:
 
     def _start(self, blocks: _Blocks) -> tuple[bool, bytes]:
         """Read up to the first event: (whether the top level is an object, the bytes after ``[``)."""
-        buf = blocks.read_until(lambda b: b.lstrip(_WS + b"\xef\xbb\xbf") != b"")
-        buf = buf.lstrip(_WS + b"\xef\xbb\xbf")
+        buf = blocks.skip(_WS + b"\xef\xbb\xbf")
         if not buf:
             raise TraceFormatError(self.path, "file is empty", expected="a JSON trace")
         if buf[:1] == b"[":
@@ -103,7 +114,7 @@ class TraceFile:
 
     def _chunks(self, blocks: _Blocks) -> Iterator[Chunk]:
         top_level_object, pending = self._start(blocks)
-        pending = blocks.read_until(lambda b: b.lstrip(_WS) != b"", pending).lstrip(_WS)
+        pending = blocks.skip(_WS, pending)
         if pending[:1] == b"]":
             self._read_trailer(pending[1:], blocks, top_level_object)
             return
@@ -119,51 +130,76 @@ class TraceFile:
                 continue
             if blocks.eof:
                 break
-            cut = self._cut(pending, sep)
-            if cut <= 0:  # one event larger than a chunk: keep reading
-                pending += blocks.read()
+            cut = self._cut(pending, index)
+            if cut is None:  # one event larger than a chunk (or the last and whitespace): keep reading
+                if len(pending) > EVENT_LIMIT and len(pending.rstrip(_WS)) > EVENT_LIMIT:
+                    raise TraceFormatError(
+                        self.path,
+                        f"event is larger than {EVENT_LIMIT >> 20} MB, the most hyperscope imports",
+                        event_index=index,
+                    )
+                pending += blocks.read(max(READ_BYTES, len(pending)))
                 continue
-            text, pending = pending[: cut + 1], pending[cut + len(sep) - 1 :]
-            count = _count_events(text, sep)
-            yield Chunk(index, count, text, sep)
+            end, start, count = cut
+            yield Chunk(index, count, pending[:end], sep)
             index += count
-        # The last event is followed by "]" and the trailer, so it is delimited by parsing it. The
-        # trailer may hold the separator too: step back over it (a few times at most).
-        cut = self._cut(pending, sep)
-        first_error: TraceFormatError | None = None
-        for _ in range(4):
-            head, tail = (pending[: cut + 1], pending[cut + len(sep) - 1 :]) if cut > 0 else (b"", pending)
-            try:
-                last_text, rest = self._last_event(tail, index + (_count_events(head, sep) if head else 0))
-                break
-            except TraceFormatError as exc:
-                first_error = first_error or exc
-                cut = pending.rfind(sep, 0, cut) if cut > 0 else -1
-                if cut <= 0:
-                    raise first_error from None
-        else:
-            assert first_error is not None
-            raise first_error
-        text = head + sep[1:-1] + last_text if head else last_text
-        count = _count_events(text, sep)
+            pending = pending[start:]
+        # The last event is followed by "]" and the trailer, so it is delimited by parsing it.
+        cut = self._cut(pending, index)
+        head, tail = (pending[: cut[0]], pending[cut[1] :]) if cut else (b"", pending)
+        last_text, last, rest = self._last_events(tail, index + (cut[2] if cut else 0))
+        text = head + b"," + last_text if head else last_text
+        count = (cut[2] if cut else 0) + last
         yield Chunk(index, count, text, sep)
         self.events = index + count
         self._read_trailer(rest.lstrip(_WS)[1:], blocks, top_level_object)
 
-    def _cut(self, pending: bytes, sep: bytes) -> int:
-        """Where to end a chunk: after the last complete event that ``pending`` holds."""
-        cut = pending.rfind(sep)
-        if b"\n" in sep or cut <= 0:
-            return cut  # a separator with a newline is never inside an event
-        for _ in range(8):  # compact JSON: nested objects may hold the separator too
-            try:
-                orjson.loads(b"[" + pending[: cut + 1] + b"]")
-                return cut
-            except orjson.JSONDecodeError:
-                cut = pending.rfind(sep, 0, cut)
-                if cut <= 0:
-                    return cut
-        return _exact_cut(pending, sep)
+    def _cut(self, pending: bytes, index: int) -> tuple[int, int, int] | None:
+        """Where to end a chunk: (end of its text, start of the next event, its events), after the
+        last complete event in ``pending`` that is followed by another; None when there is none.
+
+        The last few candidates in the tail are tried first, then ones further back (the bytes
+        read may end inside a long event, or in a trailer that holds braces), then the exact
+        event-by-event parser (a compact file whose args hold lists of objects).
+        """
+        tail = [m for m in _BOUNDARY.finditer(pending, max(0, len(pending) - _TAIL))][-4:]
+        further = [_BOUNDARY.search(pending, len(pending) * k // 8) for k in (5, 3, 1)]
+        if tail:
+            further.append(_BOUNDARY.search(pending, 0))
+        tried: set[int] = set()
+        for match in [*reversed(tail), *further]:
+            if match is None or match.start() in tried:
+                continue
+            tried.add(match.start())
+            count = self._events_in(pending[: match.start() + 1], index)
+            if count is not None:
+                return match.start() + 1, match.end() - 1, count
+        end = _exact_cut(self.path, pending, index)
+        if end is None:
+            return None
+        count = self._events_in(pending[: end[0]], index)
+        return None if count is None else (end[0], end[1], count)
+
+    def _check_size(self, size: int, index: int) -> None:
+        if size > EVENT_LIMIT:
+            raise TraceFormatError(
+                self.path,
+                f"event is larger than {EVENT_LIMIT >> 20} MB, the most hyperscope imports",
+                event_index=index,
+            )
+
+    def _events_in(self, text: bytes, index: int) -> int | None:
+        """How many complete values ``text`` (values and separators) holds; None if it is not that."""
+        try:
+            events = _RAW.decode(b"[" + text + b"]")
+        except msgspec.DecodeError:
+            return None
+        except RecursionError:
+            raise TraceFormatError(self.path, _TOO_DEEP, event_index=_too_deep_at(text, index)) from None
+        if len(text) > EVENT_LIMIT:
+            for i, event in enumerate(events):
+                self._check_size(len(event), index + i)
+        return len(events)
 
     def _read_header(self, blocks: _Blocks, buf: bytes) -> bytes:
         """Parse the keys before ``traceEvents``; return the bytes after its ``[``.
@@ -194,15 +230,15 @@ class TraceFile:
                 first_error = first_error or f"invalid JSON before traceEvents: {exc}"
                 start = pos + 1
                 continue
-            rest = blocks.read_until(lambda b: len(b.lstrip(_WS + b":")) > 0, buf[pos + len(key) :])
-            rest = rest.lstrip(_WS)
+            rest = blocks.skip(_WS, buf[pos + len(key) :])
             if rest[:1] != b":":  # the bytes were a value, not a key
                 start = pos + 1
                 continue
-            if rest[1:].lstrip(_WS)[:1] != b"[":
+            rest = blocks.skip(_WS, rest[1:])
+            if rest[:1] != b"[":
                 raise TraceFormatError(self.path, "is not a list", field="traceEvents", expected="a list")
             self.header = header
-            return rest[1:].lstrip(_WS)[1:]
+            return rest[1:]
 
     def _separator(self, blocks: _Blocks, pending: bytes) -> bytes:
         """The bytes between two events: decided from the end of the first event."""
@@ -211,6 +247,8 @@ class TraceFile:
                 text = pending.decode("utf-8", errors="replace")
                 _, end = _DECODER.raw_decode(text)
                 break
+            except RecursionError:
+                raise TraceFormatError(self.path, _TOO_DEEP, event_index=0) from None
             except json.JSONDecodeError:
                 if blocks.eof or len(pending) > CHUNK_BYTES:
                     return b"},{"  # let the exact splitter report what is wrong
@@ -219,37 +257,58 @@ class TraceFile:
         match = _FIRST_SEP.match(b"}" + after[:64])
         return b"}" + match.group(1) + b"{" if match else b"},{"
 
-    def _last_event(self, tail: bytes, index: int) -> tuple[bytes, bytes]:
+    def _last_events(self, tail: bytes, index: int) -> tuple[bytes, int, bytes]:
+        """The events of ``tail`` up to the end of the list (parsed one by one: usually one, a few
+        where the chunk before could not be cut later): their text, their count, what follows."""
         try:
             text = tail.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TraceFormatError(self.path, f"is not UTF-8 ({exc.reason})", event_index=index) from None
-        try:
-            _, end = _DECODER.raw_decode(text)
-        except json.JSONDecodeError as exc:
-            # At the end of the file, an unterminated string or value is a cut, not a typo.
-            at_end = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
-            problem = "file ends inside this event (truncated?)" if at_end else f"invalid JSON: {exc.msg}"
-            raise TraceFormatError(self.path, problem, event_index=index) from None
-        head = text[:end].encode()
-        rest = text[end:].encode().lstrip(_WS)
-        if rest[:1] == b",":
-            raise TraceFormatError(
-                self.path, "file ends where this event should start (truncated?)", event_index=index + 1
-            )
-        if rest[:1] != b"]":
-            raise TraceFormatError(
-                self.path,
-                f"found {rest[:20]!r} after the event",
-                event_index=index,
-                expected="',' or ']'",
-            )
-        return head, rest
+        pos, count = 0, 0
+        while True:
+            try:
+                _, end = _DECODER.raw_decode(text, pos)
+            except RecursionError:
+                raise TraceFormatError(self.path, _TOO_DEEP, event_index=index) from None
+            except json.JSONDecodeError as exc:
+                # At the end of the file, an unterminated string or value is a cut, not a typo.
+                at_end = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+                problem = "file ends inside this event (truncated?)" if at_end else f"invalid JSON: {exc.msg}"
+                raise TraceFormatError(self.path, problem, event_index=index) from None
+            self._check_size(end - pos, index)  # characters: at most the bytes
+            count += 1
+            after = text[end:].lstrip(" \t\r\n")
+            if after[:1] == ",":
+                nxt = after[1:].lstrip(" \t\r\n")
+                if not nxt:
+                    raise TraceFormatError(
+                        self.path,
+                        "file ends where this event should start (truncated?)",
+                        event_index=index + 1,
+                    )
+                if nxt[:1] == "{":
+                    pos, index = len(text) - len(nxt), index + 1
+                    continue
+                raise TraceFormatError(
+                    self.path,
+                    f"found {nxt[:20]!r} after ','",
+                    event_index=index + 1,
+                    expected="an event object",
+                )
+            if after[:1] != "]":
+                raise TraceFormatError(
+                    self.path,
+                    f"found {after[:20].encode()!r} after the event",
+                    event_index=index,
+                    expected="',' or ']'",
+                )
+            return text[:end].encode(), count, after.encode()
 
     def _read_trailer(self, rest: bytes, blocks: _Blocks, top_level_object: bool) -> None:
+        parts = [rest]  # joined once: never quadratic
         while not blocks.eof:
-            rest += blocks.read()
-        rest = rest.strip(_WS)
+            parts.append(blocks.read())
+        rest = b"".join(parts).strip(_WS)
         if not top_level_object:
             if rest:
                 raise TraceFormatError(self.path, f"unexpected {rest[:20]!r} after the event list")
@@ -291,9 +350,12 @@ class _Blocks:
             self._reported = done
         return data
 
-    def read_until(self, ok: Callable[[bytes], bool], buf: bytes = b"") -> bytes:
-        while not ok(buf) and not self.eof:
-            buf += self.read()
+    def skip(self, chars: bytes, buf: bytes = b"") -> bytes:
+        """``buf`` and what follows, without the leading ``chars`` (dropped block by block, so a
+        gigabyte of leading whitespace costs one pass, not one per block)."""
+        buf = buf.lstrip(chars)
+        while not buf and not self.eof:
+            buf = self.read().lstrip(chars)
         return buf
 
 
@@ -331,34 +393,40 @@ def split_events(path: Path, chunk: Chunk) -> Iterator[tuple[int, dict[str, Any]
         pos += 1
 
 
-def _exact_cut(pending: bytes, sep: bytes) -> int:
-    """Position of the separator after the last complete event, found by parsing event by event."""
+def _exact_cut(path: Path, pending: bytes, index: int) -> tuple[int, int] | None:
+    """(end, start of the next event) after the last complete event followed by another, found by
+    parsing event by event (slow: only where no quick candidate parsed)."""
     text = pending.decode("utf-8", errors="replace")
-    pos, last = 0, -1
+    pos, last = 0, None
     while True:
         try:
             _, end = _DECODER.raw_decode(text, pos)
         except json.JSONDecodeError:
             return last
-        rest = text[end:]
-        stripped = rest.lstrip(" \t\r\n")
+        except RecursionError:
+            raise TraceFormatError(path, _TOO_DEEP, event_index=index) from None
+        stripped = text[end:].lstrip(" \t\r\n")
         if not stripped.startswith(","):
             return last
         after = stripped[1:].lstrip(" \t\r\n")
         if not after.startswith("{"):
             return last
-        candidate = len(text[: end - 1].encode())  # byte offset of the event's closing brace
-        if pending[candidate : candidate + len(sep)] != sep:
-            return last  # the writer did not use one separator throughout
-        last = candidate
         pos = len(text) - len(after)
+        last = len(text[:end].encode()), len(text[:pos].encode())
+        index += 1
 
 
-def _count_events(text: bytes, sep: bytes) -> int:
-    """Events in a chunk: separators plus one, unless the separator can occur inside an event."""
-    if b"\n" in sep:
-        return text.count(sep) + 1
-    try:  # compact JSON: nested objects may hold "},{" too, so count what parses
-        return len(orjson.loads(b"[" + text + b"]"))
-    except orjson.JSONDecodeError:
-        return text.count(sep) + 1  # broken anyway: the exact parser will say where
+def _too_deep_at(text: bytes, index: int) -> int:
+    """Index of the first event of ``text`` nested too deep to parse (events parsed one by one)."""
+    decoded = text.decode("utf-8", errors="replace")
+    pos = 0
+    while pos < len(decoded):
+        try:
+            _, pos = _DECODER.raw_decode(decoded, pos)
+        except RecursionError:
+            return index
+        except json.JSONDecodeError:
+            break
+        pos = len(decoded) - len(decoded[pos:].lstrip(" \t\r\n,"))
+        index += 1
+    return index

@@ -24,3 +24,34 @@ def source_digest(package: Path) -> str:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
+
+
+_ZSTD_LEVEL: Final = 19
+_MAGIC: Final = b"hs-zstd1"
+_MAX_BYTES: Final = 1 << 36
+
+
+def write_packed(path: Path, data: bytes) -> None:
+    """``data`` zstd-compressed, after a mark and its length (8 bytes, little-endian): derived results are
+    counted in the profile's size, and their JSON is mostly repeated names and keys (the 8-rank
+    DLRM set's dashboard and index metadata: several times its events file, uncompressed)."""
+    import pyarrow as pa
+
+    packed = pa.Codec("zstd", _ZSTD_LEVEL).compress(data, asbytes=True)
+    path.write_bytes(_MAGIC + len(data).to_bytes(8, "little") + packed)
+
+
+def read_packed(path: Path) -> bytes:
+    """What :func:`write_packed` wrote; ``ValueError`` when the file is not whole."""
+    import pyarrow as pa
+
+    raw = path.read_bytes()
+    head = len(_MAGIC) + 8
+    size = int.from_bytes(raw[len(_MAGIC) : head], "little")
+    if len(raw) < head or not raw.startswith(_MAGIC) or size > _MAX_BYTES:
+        raise ValueError(f"{path}: not a packed result")
+    try:
+        out = pa.Codec("zstd").decompress(raw[head:], size, asbytes=True)
+    except (pa.ArrowException, MemoryError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return bytes(out)

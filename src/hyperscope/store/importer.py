@@ -252,21 +252,22 @@ class Importer:
                 fh.write(chunk.text)
                 fh.write(b"]")
             try:
-                con.execute(_sql.read_raw(str(events)))
+                con.execute(_sql.read_raw(str(events), len(chunk.text)))
                 exact = _count(con, _sql.invalid_rows()) > 0 or (
-                    _count(con, _sql.unknown_keys(str(events))) > 0
+                    _count(con, _sql.unknown_keys(str(events), len(chunk.text))) > 0
                 )
             except duckdb.Error:
                 exact = True
         if exact:
-            events.write_bytes(exact_json(path, chunk))
+            text = exact_json(path, chunk)
+            events.write_bytes(text)
             try:
-                con.execute(_sql.read_raw(str(events)))
+                con.execute(_sql.read_raw(str(events), len(text)))
             except duckdb.Error as exc:
                 raise TraceFormatError(
                     path,
                     f"events {chunk.first_index}..{chunk.first_index + chunk.count - 1} "
-                    f"cannot be read: {exc}",
+                    f"cannot be read: {str(exc).replace(str(events), 'the chunk')}",
                 ) from None
             if _count(con, _sql.invalid_rows()) > 0:
                 raise TraceFormatError(
