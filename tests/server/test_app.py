@@ -217,6 +217,7 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/profiles/{profile_id}/filters",
         "/api/profiles/{profile_id}/dashboard",
         "/api/profiles/{profile_id}/annotations/{name}/histogram",
+        "/api/compare",
         *(
             f"/api/profiles/{{profile_id}}/timeline/{p}"
             for p in ("rows", "tile", "event", "links", "flows", "search")

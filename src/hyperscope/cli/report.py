@@ -123,7 +123,9 @@ def report(
         _print_table(tables[name], said, _GROUPS.get(name, "group"))
 
 
-def _print_table(table: Table[Any], said: set[str], group: str | None = "group") -> None:
+def _print_table(table: Table[Any], said: set[str] | None = None, group: str | None = "group") -> None:
+    """One table and its notes; a note in ``said`` (printed under an earlier table) is not repeated."""
+    said = set() if said is None else said
     columns = [c for c in table.columns if c != "group" or group is not None]
     header = {c: (group if c == "group" and group else _header(c)) for c in columns}
     shown = RichTable(*(header[c] for c in columns), title=table.title, title_justify="left")
