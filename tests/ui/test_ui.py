@@ -110,10 +110,10 @@ def test_unload_with_the_trash_icon(page: Any, synth: Served) -> None:
     # the loaded profile survives a reload; the dashboard is queried when shown, at its full size
     page.click("a[data-route=jobs]")
     page.reload()
-    page.wait_for_function("document.body.dataset.route === 'jobs'", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => document.body.dataset.route === 'jobs'", timeout=TIMEOUT_MS)
     assert synth.job in page.inner_text("#loaded-bar")
     page.click("a[data-route=dashboard]")
-    page.wait_for_function("window.__hyperscope.state === 'ready'", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => window.__hyperscope.state === 'ready'", timeout=TIMEOUT_MS)
     page.wait_for_function(
         "() => Object.values(window.__hyperscope.charts).every(c => c.getWidth() > 99 && c.getHeight() > 99)",
         timeout=TIMEOUT_MS,
@@ -241,7 +241,7 @@ def test_api_error_is_shown(page: Any, h200: Served) -> None:
     page.evaluate("""() => document.querySelector('#filter-rank').append(new Option('rank 99', '99'))""")
     page.select_option("#filter-rank", "99")
     page.click("#filter-apply")
-    page.wait_for_function("window.__hyperscope.state === 'error'", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => window.__hyperscope.state === 'error'", timeout=TIMEOUT_MS)
     banner = page.inner_text("#error")
     assert f"Error 400: {body['detail']}" in banner
     assert body["detail"] in page.inner_text("#dash-status")
