@@ -30,11 +30,15 @@ TRACE_SETS: dict[str, list[str]] = {
 }
 
 
+#: the one skip reason of every test that reads ../shared where it is absent
+SHARED_SKIP = f"real traces not available: {SHARED_TRACES} is absent (it ships beside the repo in CI)"
+
+
 def shared_trace_set(name: str) -> list[Path]:
     """The files of one real trace set, or skip: ../shared exists in CI but not in a user's clone."""
     paths = [SHARED_TRACES / p for p in TRACE_SETS[name]]
     if not all(p.exists() for p in paths):
-        pytest.skip(f"real traces not available: {SHARED_TRACES} is absent (it ships beside the repo in CI)")
+        pytest.skip(SHARED_SKIP)
     files: list[Path] = []
     for p in paths:
         files.extend(sorted(p.glob("*.json*")) if p.is_dir() else [p])

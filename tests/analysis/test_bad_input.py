@@ -47,7 +47,7 @@ def test_rank_without_gpu_events(ground_truth: Make) -> None:
     want = gt.expected(spec)
     table = gpu_time(ground_truth(spec))
     assert sorted(int(r.group) for r in table.rows) == want.gpu_ranks
-    assert "ranks 2 have no GPU events in scope" in table.notes
+    assert "rank 2 has no GPU events in scope" in table.notes
     only = gpu_time(ground_truth(spec), Scope(ranks=(2,)))
     assert only.rows == () and only.notes
     # its steps still count, and it is not mistaken for a straggler for lacking communication

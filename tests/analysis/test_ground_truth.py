@@ -283,3 +283,28 @@ def test_utilization_rolled_up_per_node_and_job(ground_truth: Make) -> None:
     sampled = gt.GroundTruthSpec(ranks=2, steps=3, samples=True, nodes=2)
     rows = gpu_utilization(ground_truth(sampled), level=Level.JOB, buckets=5).rows
     assert rows and all(r.util_pct == gt.GPU_UTIL_PCT for r in rows)
+
+
+def test_launch_latency_log_bins_are_equal_ratio_and_count_every_launch(ground_truth: Make) -> None:
+    from itertools import pairwise
+
+    from hyperscope.analysis import launch_latency_histogram
+    from hyperscope.analysis.latency import log_edges
+
+    profile = ground_truth(SPEC)
+    lats = [
+        int(x)
+        for (x,) in profile.connect()
+        .execute(
+            "SELECT d.ts_ns - h.ts_ns FROM events d JOIN events h ON d.rank = h.rank "
+            "AND d.correlation = h.correlation AND h.kind IN ('runtime', 'driver') "
+            "WHERE d.kind IN ('kernel', 'memcpy', 'memset') AND d.ts_ns >= h.ts_ns"
+        )
+        .fetchall()
+    ]
+    got = launch_latency_histogram(profile, bins=20, log=True)
+    edges = log_edges(min(lats), max(lats), 20)
+    assert [b.lo_ns for b in got.rows] == edges[:-1] and got.rows[-1].hi_ns == max(lats) + 1
+    assert [b.count for b in got.rows] == [sum(1 for x in lats if a <= x < b) for a, b in pairwise(edges)]
+    assert sum(b.count for b in got.rows) == len(lats)
+    assert log_edges(1000, 999_999, 3) == [1000, 10_000, 100_000, 1_000_000]

@@ -87,3 +87,7 @@ def test_top_level_help_shows_the_workflow(tmp_path: Path) -> None:
     text = run(tmp_path, "--help").stdout
     for word in ("demo", "import", "jobs", "export", "HYPERSCOPE_HOME"):
         assert word in text
+    # every command's first sentence whole, not cut short with "..."
+    commands = text.split("Commands:", 1)[1]
+    assert "..." not in commands
+    assert "then serve the web UI on it" in " ".join(commands.split())  # demo: to its end

@@ -20,14 +20,19 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_report_prints_the_dashboard(home: Path) -> None:
     text = run(home, "report", "demo").stdout
     for title in (
-        "GPU time",
+        "GPU time per GPU",
+        "GPU time, whole job",
         "GPU idle time by cause",
-        "Step time",
+        "Step time per rank",
         "Top 15 GPU kernels by time",
         "Ranks compared",
     ):
-        assert title in text
+        assert text.count(title) == 1, title
     assert "ncclKernel_AllReduce" in text
+    # no note twice, no column called "group"
+    notes = [line.strip() for line in text.splitlines() if line.strip().startswith("note:")]
+    assert len(notes) == len(set(notes))
+    assert " group " not in text and "│ group" not in text
 
 
 def test_report_json_scoped_to_a_rank_and_steps(home: Path) -> None:

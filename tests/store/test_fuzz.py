@@ -43,7 +43,7 @@ import pytest
 from hyperscope import HyperscopeError, Store
 from hyperscope.store import _tracefile
 from hyperscope.store.synth import SynthSpec, write_rank
-from tests.conftest import SHARED_TRACES
+from tests.conftest import SHARED_SKIP, SHARED_TRACES
 
 SHARED = SHARED_TRACES
 ATTEMPT_SECONDS = 10
@@ -448,14 +448,11 @@ def test_fuzz_generated(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize("source", list(REAL_TRACES))
 def test_fuzz_real_trace(source: str, tmp_path: Path) -> None:
     if not SHARED.is_dir():
-        pytest.skip(
-            f"{SHARED} is absent (real traces exist only in the dev/CI checkout); "
-            "test_fuzz_generated covers the same code"
-        )
+        pytest.skip(SHARED_SKIP)  # test_fuzz_generated covers the same code
     relative, count = REAL_TRACES[source]
     path = SHARED / relative
     if not path.is_file():
-        pytest.skip(f"{path} is absent from {SHARED}")
+        pytest.skip(f"real traces not available: {path} is absent from {SHARED}")
     raw = path.read_bytes()
     gz = raw[:2] == b"\x1f\x8b"
     original = gzip.decompress(raw) if gz else raw

@@ -17,9 +17,10 @@ from hyperscope import timeline as tl
 from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.tile import boundaries
+from tests.conftest import SHARED_SKIP, SHARED_TRACES
 from tests.timeline.conftest import add_instants
 
-TRACELENS = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "TraceLens" / "h100"
+TRACELENS = SHARED_TRACES / "TraceLens" / "h100"
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def test_kineto_memory_instants_are_no_marks(tmp_path: Path) -> None:
     memory track draws, and two others, which are marks."""
     traces = sorted(TRACELENS.glob("*.json.gz"))
     if not traces:
-        pytest.skip(f"no TraceLens H100 trace in {TRACELENS} (../shared/traces is not checked out)")
+        pytest.skip(SHARED_SKIP)
     from hyperscope import Store
 
     with Store(tmp_path / "home") as store:

@@ -17,9 +17,10 @@ from hyperscope.server import create_app
 from hyperscope.store.profile import Profile
 from hyperscope.store.store import Store
 from hyperscope.timeline import tracks
+from tests.conftest import SHARED_SKIP, SHARED_TRACES
 from tests.server.test_timeline import get_rows
 
-SHARED_H100 = Path(__file__).resolve().parents[3] / "shared" / "traces" / "TraceLens" / "h100"
+SHARED_H100 = SHARED_TRACES / "TraceLens" / "h100"
 T0_US = 1_700_000_000_000_000  # epoch microseconds, as Kineto writes them
 
 
@@ -141,7 +142,7 @@ def test_the_server_lists_and_tiles_tracks(profile: Profile, tmp_path: Path) -> 
 def test_real_kineto_memory_events_become_a_track(tmp_path: Path) -> None:
     files = sorted(SHARED_H100.glob("*.json.gz"))
     if not files:
-        pytest.skip(f"needs the shared TraceLens H100 trace in {SHARED_H100} (absent outside this project)")
+        pytest.skip(SHARED_SKIP)
     store = Store(tmp_path / "home")
     profile = store.profile("h100", store.import_traces(files[:1], "h100").profile.id)
     index = tl.load(profile)

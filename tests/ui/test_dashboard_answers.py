@@ -132,3 +132,72 @@ def test_bad_step_range_quotes_what_was_typed(page: Any, synth: Served) -> None:
     page.click("#filter-apply")
     wait_dashboard(page, before)
     assert error.is_hidden()
+
+
+def test_what_the_analysis_computes_is_on_the_page(page: Any, synth: Served) -> None:
+    """Idle time by cause, kernel types with their overlap, the longest launch latencies and the
+    straggler verdict: each table of the dashboard answer drawn, with the analysis' numbers."""
+    open_jobs(page, synth.url)
+    load_job(page, synth.job)
+    t = synth.expected
+    idle = option(page, "idle_causes")
+    assert idle is not None
+    want: dict[str, int] = {}
+    for r in t["idle"]["rows"]:
+        want[r["cause"]] = want.get(r["cause"], 0) + r["idle_ns"]
+    assert dict(zip(names(idle["series"][0]), values(idle["series"][0]), strict=True)) == want
+    kinds = option(page, "kernel_types")
+    assert kinds is not None
+    segs = {r["kernel_types"]: r["duration_ns"] for r in t["kernel_types"]["rows"] if r["duration_ns"] > 0}
+    assert dict(zip(names(kinds["series"][0]), values(kinds["series"][0]), strict=True)) == segs
+    assert "overlap" in kinds["title"][0]["text"]
+    rows = page.locator("[data-chart='latency_outliers'] tbody tr")
+    outliers = t["latency_outliers"]["rows"]
+    assert rows.count() == len(outliers) > 0
+    assert outliers[0]["kernel"] in rows.nth(0).inner_text()  # the whole name
+    verdict = page.inner_text("[data-chart='stragglers']")
+    flagged = [r for r in t["ranks"]["rows"] if r["straggler"]]
+    if flagged:
+        for r in flagged:
+            assert r["reason"] in verdict
+    else:
+        assert f"No straggler among {len(t['ranks']['rows'])} ranks." in verdict
+
+
+def test_figures_shown_without_hovering(page: Any, synth: Served) -> None:
+    """Busy % over the GPU time pie, mean/p50/p90 over the histograms, the ranks' per-step means on
+    an axis of their own, axes in the unit of their values."""
+    open_jobs(page, synth.url)
+    load_job(page, synth.job)
+    t = synth.expected
+    job = t["gpu_time_job"]["rows"][0]
+    busy = option(page, "gpu_time_job")["title"][0]["text"]  # type: ignore[index]
+    assert busy == f"busy {100 * job['busy_ns'] / job['span_ns']:.1f} % of the span"
+    steps = option(page, "step_histogram")["title"][0]["text"]  # type: ignore[index]
+    assert steps.startswith("mean ") and " · p50 " in steps and " · p90 " in steps
+    lat = option(page, "latency_histogram")["title"][0]["text"]  # type: ignore[index]
+    assert "p50" in lat and "p90" in lat
+    ranks = option(page, "ranks")
+    assert ranks is not None
+    axes = {s["name"]: s.get("yAxisIndex", 0) for s in ranks["series"]}
+    assert axes["mean step"] == 0 and {axes["GPU busy"], axes["GPU idle"]} == {1}
+    assert [a["name"] for a in ranks["yAxis"]] == ["per step", "whole run"]
+
+
+def test_top_k_at_40_keeps_every_label_and_the_names_apart(page: Any, h200: Served) -> None:
+    open_jobs(page, h200.url)
+    load_job(page, h200.job)
+    before = renders(page)
+    page.fill("#top-k", "40")
+    page.press("#top-k", "Enter")
+    wait_dashboard(page, before)
+    opt = option(page, "kernels")
+    assert opt is not None
+    axis = opt["yAxis"][0]
+    assert axis["axisLabel"]["interval"] == 0  # every bar labelled
+    shown = page.evaluate("""() => window.__hyperscope.dashboard.tables.kernels.rows.map(r => r.name)""")
+    height = page.evaluate("document.querySelector('[data-chart=kernels] .chart-body').clientHeight")
+    assert height >= 20 * len(shown)
+    # hovering the row of the smallest bar shows its whole name
+    text = tooltip_text(page, "kernels", 0, len(shown) - 1)
+    assert str(opt["yAxis"][0]["data"][-1]) in text

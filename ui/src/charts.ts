@@ -1,7 +1,7 @@
 // ECharts set-up, the chart registry tests read (window.__hyperscope.charts[name].getOption()),
 // chart cards, and the option builders every view shares (pie, histogram, lines, bars).
 import { BarChart, LineChart, PieChart } from "echarts/charts";
-import { GridComponent, LegendComponent, TooltipComponent } from "echarts/components";
+import { GridComponent, LegendComponent, TitleComponent, TooltipComponent } from "echarts/components";
 import * as echarts from "echarts/core";
 import { CanvasRenderer } from "echarts/renderers";
 
@@ -10,11 +10,12 @@ import { h } from "./dom";
 import { count, duration } from "./format";
 import { hooks } from "./hooks";
 
-echarts.use([PieChart, BarChart, LineChart, GridComponent, LegendComponent, TooltipComponent, CanvasRenderer]);
+echarts.use([PieChart, BarChart, LineChart, GridComponent, LegendComponent, TooltipComponent, TitleComponent, CanvasRenderer]);
 
 export type Option = echarts.EChartsCoreOption;
 export type Chart = echarts.ECharts;
-export type Built = { option: Option } | { empty: string };
+/** A chart, an empty state, or a table/text in HTML (full names, no chart). */
+export type Built = { option: Option; height?: number } | { empty: string } | { html: HTMLElement };
 
 /** A dashboard card: title, chart body, the table's notes; `data-chart` names it for tests. */
 export interface Card {
@@ -50,6 +51,14 @@ export function render(name: string, c: Card, built: Built, notes: string[] = []
     return;
   }
   delete c.root.dataset.empty;
+  if ("html" in built) {
+    dispose(name);
+    c.root.dataset.html = "true";
+    c.body.replaceChildren(built.html);
+    return;
+  }
+  delete c.root.dataset.html;
+  c.body.style.height = built.height ? `${built.height}px` : ""; // a chart of many bars: taller
   let chart = hooks.charts[name];
   if (!chart || chart.isDisposed() || chart.getDom() !== c.body) {
     dispose(name);
@@ -174,8 +183,9 @@ export function utilizationLines(series: { name: string; points: [number, number
         return [`t = ${x.toFixed(3)} s`, ...lines].join("<br>");
       },
     },
-    legend: { type: "scroll", bottom: 0 },
-    grid: { left: 48, right: 16, top: 16, bottom: 56 },
+    // every line in the legend, wrapped over as many rows as it takes (a paged legend hid ranks)
+    legend: { type: "plain", bottom: 0 },
+    grid: { left: 48, right: 16, top: 16, bottom: 40 + 22 * Math.ceil(series.length / 6) },
     xAxis: { type: "value", name: "s", min: 0, axisLabel: { formatter: (v: number) => `${v} s` } },
     yAxis: { type: "value", name: "%", min: 0, max: 100 },
     series: series.map((s) => ({

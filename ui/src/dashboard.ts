@@ -11,15 +11,16 @@ import { cpuTime, cpuUtilization } from "./panels/cpu";
 import { gpuActivity, gpuTime, gpuUtilization, gpuUtilizationNodes, memoryOps, precision } from "./panels/gpu";
 import { kernelLaunches, kernelTime } from "./panels/kernels";
 import { latencyHistogram, ranks, stepHistogram } from "./panels/steps";
+import { idleCauses, kernelTypes, latencyOutliers, stragglers } from "./panels/answers";
 import type { Panel } from "./panels/types";
 
 const REFRESH_MS = 5000;
 const DEFAULT_TOP_K = 15;
 
 const SECTIONS: { title: string; panels: Panel[] }[] = [
-  { title: "GPU", panels: [gpuTime, gpuActivity, memoryOps, precision, gpuUtilizationNodes, gpuUtilization] },
-  { title: "Kernels", panels: [kernelTime, kernelLaunches, latencyHistogram] },
-  { title: "Steps and ranks", panels: [stepHistogram, ranks] },
+  { title: "GPU", panels: [gpuTime, idleCauses, kernelTypes, gpuActivity, memoryOps, precision, gpuUtilizationNodes, gpuUtilization] },
+  { title: "Kernels", panels: [kernelTime, kernelLaunches, latencyHistogram, latencyOutliers] },
+  { title: "Steps and ranks", panels: [stepHistogram, ranks, stragglers] },
   { title: "CPU", panels: [cpuTime, cpuUtilization] },
 ];
 

@@ -250,7 +250,8 @@ def check_ranks(con: duckdb.DuckDBPyConnection, scope: Scope) -> None:
     nodes = sorted({str(n) for _, n in have})
     for r in scope.ranks or ():
         if r not in ranks:
-            raise UsageError(f"rank {r}: not in this profile (it has ranks {_span(ranks)})")
+            known = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+            raise UsageError(f"rank {r}: not in this profile (it has {known})")
     for n in scope.nodes or ():
         if n not in nodes:
             raise UsageError(f"node {n!r}: not in this profile (it has nodes {', '.join(nodes)})")

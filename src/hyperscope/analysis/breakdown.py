@@ -75,6 +75,14 @@ def _group(sw: GpuSweep, level: Level) -> str:
     return (sw.node or "?") if level is Level.NODE else "job"
 
 
+#: one title per level: a report prints the per-rank and the whole-job table one above the other
+_TITLES: dict[Level, str] = {
+    Level.RANK: "GPU time per GPU",
+    Level.NODE: "GPU time per node",
+    Level.JOB: "GPU time, whole job",
+}
+
+
 def gpu_time(source: Source | Prepared, scope: Scope = ALL, level: Level = Level.RANK) -> Table[GpuTimeRow]:
     """GPU active vs idle and the temporal breakdown, per GPU (rank level), node or job."""
     with prepared(source, scope) as ctx:
@@ -83,7 +91,11 @@ def gpu_time(source: Source | Prepared, scope: Scope = ALL, level: Level = Level
         windows = ctx.windows
     without = sorted({w.rank for w in windows} - {s.rank for s in sweeps})
     if without:
-        notes.append(f"ranks {', '.join(map(str, without))} have no GPU events in scope")
+        many = len(without) > 1
+        notes.append(
+            f"rank{'s' if many else ''} {', '.join(map(str, without))} "
+            f"{'have' if many else 'has'} no GPU events in scope"
+        )
     groups: dict[tuple[str, int], list[GpuSweep]] = defaultdict(list)
     for sw in sweeps:
         groups[(_group(sw, level), sw.device if level is Level.RANK else -1)].append(sw)
@@ -119,7 +131,7 @@ def gpu_time(source: Source | Prepared, scope: Scope = ALL, level: Level = Level
                 round(100 * both / comm, 3) if comm else None,
             )
         )
-    return Table("GPU time", GpuTimeRow, tuple(out), tuple(notes))
+    return Table(_TITLES[level], GpuTimeRow, tuple(out), tuple(notes))
 
 
 def kernel_type_segments(

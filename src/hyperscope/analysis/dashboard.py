@@ -54,7 +54,7 @@ def _tables(ctx: Prepared, top_k: int, buckets: int) -> dict[str, Table[Any]]:
         "memory_ops": memory_operations(ctx, scope),
         "launch_latency": launch_latency(ctx, scope, Level.RANK),
         "latency_outliers": latency_outliers(ctx, scope, 5),
-        "latency_histogram": launch_latency_histogram(ctx, scope, bins=20),
+        "latency_histogram": launch_latency_histogram(ctx, scope, bins=20, log=True),
         "steps": step_time_stats(steps, level=Level.RANK),
         "steps_job": step_time_stats(steps, level=Level.JOB),
         "step_histogram": step_time_histogram(steps, bins=10),

@@ -89,13 +89,24 @@ def launch_latency(
     return Table("Launch-to-run latency", LatencyStatsRow, tuple(out), tuple(notes))
 
 
+def log_edges(lo: int, hi: int, bins: int) -> list[int]:
+    """Integer bin edges from ``lo`` to past ``hi``, each bin the same ratio wider than the last
+    (fewer than ``bins`` where integer nanoseconds repeat): ``bins + 1`` edges at most."""
+    first = max(lo, 1)
+    ratio = (hi + 1) / first
+    edges = sorted({first, *(math.floor(first * ratio ** (i / bins) + 1e-6) for i in range(1, bins)), hi + 1})
+    return [lo, *edges[1:]] if lo < first else edges
+
+
 def launch_latency_histogram(
-    source: Source | Prepared, scope: Scope = ALL, bins: int = 20
+    source: Source | Prepared, scope: Scope = ALL, bins: int = 20, log: bool = False
 ) -> Table[HistogramBin]:
-    """Equal-width histogram of launch-to-start latencies (all ranks of the scope together).
+    """Histogram of launch-to-start latencies (all ranks of the scope together).
 
     Bins follow ``steps.histogram``: integer nanoseconds, [lo, hi), the last bin holding the maximum.
-    Binned in SQL, so millions of launches never become Python numbers.
+    ``log``: bins of equal ratio (``log_edges``), not equal width: latencies span microseconds to
+    milliseconds, and in equal bins most launches fall into the first. Binned in SQL, so millions
+    of launches never become Python numbers.
     """
     if bins < 1:
         raise UsageError(f"bins {bins}: expected a positive number of histogram bins")
@@ -117,6 +128,21 @@ def launch_latency_histogram(
                 (HistogramBin(lo, hi + 1, int(n)),),
                 tuple(notes),
             )
+        if log:
+            edges = log_edges(lo, hi, bins)
+            case = " ".join(f"WHEN latency < {e} THEN {i}" for i, e in enumerate(edges[1:-1]))
+            counts = dict(
+                rows(
+                    con,
+                    pairs + f"SELECT CASE {case} ELSE {len(edges) - 2} END AS b, count(*) FROM p "
+                    "WHERE latency >= 0 GROUP BY b",
+                )
+            )
+            out = tuple(
+                HistogramBin(edges[i], edges[i + 1], int(counts.get(i, 0))) for i in range(len(edges) - 1)
+            )
+            notes.append("bins of equal ratio (log scale): each about as many times wider than the last")
+            return Table("Launch-to-run latency histogram", HistogramBin, out, tuple(notes))
         width = math.ceil((hi - lo + 1) / bins)
         counts = dict(
             rows(

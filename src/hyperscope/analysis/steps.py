@@ -151,7 +151,12 @@ def step_time_stats(
                 durs[-1],
             )
         )
-    return Table("Step time", StepStatsRow, tuple(out), steps.notes)
+    title = {
+        Level.RANK: "Step time per rank",
+        Level.NODE: "Step time per node",
+        Level.JOB: "Step time, whole job",
+    }
+    return Table(title[level], StepStatsRow, tuple(out), steps.notes)
 
 
 def step_time_histogram(

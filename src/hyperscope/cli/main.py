@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import duckdb
 import typer
+import typer.core
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -40,7 +41,25 @@ from hyperscope.store.catalog import Job, JobStatus
 from hyperscope.store.store import ImportReport, Store
 from hyperscope.store.summary import Summary, summarize
 
+
+class _Group(typer.core.TyperGroup):
+    """The command list of ``--help`` with each command's first sentence whole, wrapped, not cut
+    to the width left beside the names ("for real (PyTorch installed), else...")."""
+
+    # Any: typer 0.2x vendors its own click, whose Context and HelpFormatter are private names
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 app = typer.Typer(
+    cls=_Group,
     name="hyperscope",
     help=(
         "Profile training on your own GPU machines and explore the results.\n\n"

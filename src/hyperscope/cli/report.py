@@ -45,6 +45,18 @@ _SHOWN = (
     "cpu_time",
 )
 _MS_SUFFIXES = ("_ns",)
+#: what the "group" column holds in each table printed (a rank, a node, or the whole job: a job
+#: table's column of "job" is left out)
+_GROUPS = {
+    "gpu_time": "rank",
+    "idle": "rank",
+    "steps": "rank",
+    "launch_latency": "rank",
+    "cpu_time": "rank",
+    "gpu_time_job": None,
+    "kernel_types": None,
+    "steps_job": None,
+}
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -106,13 +118,17 @@ def report(
     # HTA's kernel table (top kernels per rank and type) goes to JSON only: long, and ours is above
     names = [*_SHOWN, *(k for k in tables if k.startswith("annotation_") or k == "annotation")]
     names += [k for k in tables if k.startswith("hta_") and k != "hta_kernels"]
+    said: set[str] = set()  # a note shared by two tables (the per-rank and the job one): once
     for name in names:
-        _print_table(tables[name])
+        _print_table(tables[name], said, _GROUPS.get(name, "group"))
 
 
-def _print_table(table: Table[Any]) -> None:
-    columns = table.columns
-    shown = RichTable(*(_header(c) for c in columns), title=table.title, title_justify="left")
+def _print_table(table: Table[Any], said: set[str] | None = None, group: str | None = "group") -> None:
+    """One table and its notes; a note in ``said`` (printed under an earlier table) is not repeated."""
+    said = set() if said is None else said
+    columns = [c for c in table.columns if c != "group" or group is not None]
+    header = {c: (group if c == "group" and group else _header(c)) for c in columns}
+    shown = RichTable(*(header[c] for c in columns), title=table.title, title_justify="left")
     for row in table.to_dict()["rows"]:
         shown.add_row(*(_cell(c, row[c]) for c in columns))
     if table.rows:
@@ -120,7 +136,9 @@ def _print_table(table: Table[Any]) -> None:
     else:
         out.print(Text(f"{table.title}: nothing in scope", style="bold"))
     for note in table.notes:
-        out.print(Text(f"  note: {note}", style="dim"))
+        if note not in said:
+            out.print(Text(f"  note: {note}", style="dim"))
+            said.add(note)
 
 
 def _header(column: str) -> str:

@@ -38,7 +38,8 @@ def output_paths(profile: Profile, out: Path, rank: int | None) -> dict[int, Pat
     ranks = [r.rank for r in profile.meta.ranks]
     if rank is not None:
         if rank not in ranks:
-            raise UsageError(f"the profile has no rank {rank}; it has ranks {ranks}")
+            have = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+            raise UsageError(f"the profile has no rank {rank}; it has {have}")
         ranks = [rank]
     name = out.name
     suffix = ".json.gz" if name.endswith(".json.gz") else ".json"

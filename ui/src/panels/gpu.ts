@@ -1,10 +1,15 @@
 // GPU panels: active time, activity, memory operations, precision, utilization over time.
 import type { Row } from "../api";
-import { COLORS, bucketOrigin, groupSeries, pie, utilizationLines } from "../charts";
+import { COLORS, bucketOrigin, groupSeries, type Option, pie, utilizationLines } from "../charts";
 import { bytes, count, duration, num, pct } from "../format";
 import { type Panel, rowsOf } from "./types";
 
 const NO_GPU = "No GPU activity in this profile (or in this scope).";
+
+/** a line of text over a chart: the figure a reader should not have to hover for */
+function withTitle(text: string, option: Option): Option {
+  return { ...option, title: { text, left: "center", top: 0, textStyle: { fontSize: 12, fontWeight: "normal" } } };
+}
 
 export const gpuTime: Panel = {
   name: "gpu_time_job",
@@ -14,8 +19,9 @@ export const gpuTime: Panel = {
     const row = rowsOf(tables, "gpu_time_job")[0];
     if (!row || !(Number(row.busy_ns) > 0)) return { empty: NO_GPU };
     const overlap = row.overlap_pct === null ? "–" : pct(row.overlap_pct as number);
+    const busy = (100 * Number(row.busy_ns)) / Number(row.span_ns);
     return {
-      option: pie(
+      option: withTitle(`busy ${pct(busy, 1)} of the span`, pie(
         [
           {
             name: "Busy vs idle",
@@ -39,7 +45,7 @@ export const gpuTime: Panel = {
           },
         ],
         duration,
-      ),
+      )),
     };
   },
 };
@@ -128,7 +134,8 @@ export const precision: Panel = {
 
 function gpuLabel(r: Row): string {
   const rank = Number(r.rank);
-  return rank >= 0 ? `${nodeName(r.node)} rank ${rank}` : `${nodeName(r.node)} GPU ${r.device}`;
+  const what = rank >= 0 ? `rank ${rank}` : `GPU ${r.device}`;
+  return r.node ? `${String(r.node)} · ${what}` : what; // no "(unnamed node)" on every line
 }
 
 export const gpuUtilization: Panel = {

@@ -10,17 +10,29 @@ export function splitKernels(rows: Row[]): { all: Row | undefined; top: Row[] } 
   return { all, top: rows.filter((r) => r !== all) };
 }
 
-function short(name: string): string {
-  return name.length > 48 ? `${name.slice(0, 45)}…` : name;
+/** A bar's label: the head and the tail of the name (template kernels share their first 45
+ * characters, so a cut head made six bars read alike); the whole name is in the tooltip. */
+export function short(name: string): string {
+  return name.length > 64 ? `${name.slice(0, 36)}…${name.slice(-27)}` : name;
+}
+
+/** px of a bar chart of `n` bars: every bar keeps its label */
+export function barsHeight(n: number): number {
+  return Math.max(340, 40 + 20 * n);
 }
 
 function bars(rows: Row[], column: "total_ns" | "launches", fmt: (v: number) => string): Option {
   const names = rows.map((r) => String(r.name));
   return {
+    // the whole row answers the pointer, not only the bar (a tiny bar could not be hovered),
+    // the label included
     tooltip: {
-      trigger: "item",
+      trigger: "axis",
+      axisPointer: { type: "shadow" },
       confine: true,
-      formatter: (p: { dataIndex: number; marker?: string }) => {
+      formatter: (ps: { dataIndex: number; marker?: string }[] | { dataIndex: number; marker?: string }) => {
+        const p = Array.isArray(ps) ? ps[0] : ps;
+        if (!p) return "";
         const r = rows[p.dataIndex];
         if (!r) return "";
         const lines = [
@@ -43,7 +55,8 @@ function bars(rows: Row[], column: "total_ns" | "launches", fmt: (v: number) => 
       type: "category",
       inverse: true,
       data: names,
-      axisLabel: { formatter: short, fontSize: 10, width: 260, overflow: "truncate" },
+      axisLabel: { formatter: short, fontSize: 10, interval: 0, width: 420, overflow: "truncate" },
+      triggerEvent: true,
     },
     series: [
       {
@@ -70,7 +83,7 @@ export const kernelTime: Panel = {
   build(tables) {
     const { all, top } = splitKernels(rowsOf(tables, "kernels"));
     if (!top.length) return { empty: "No GPU kernels in this profile." };
-    return { option: bars(all ? [all, ...top] : top, "total_ns", duration) };
+    return { option: bars(all ? [all, ...top] : top, "total_ns", duration), height: barsHeight(top.length + 1) };
   },
 };
 
@@ -82,6 +95,6 @@ export const kernelLaunches: Panel = {
   build(tables) {
     const { all, top } = splitKernels(rowsOf(tables, "kernels"));
     if (!top.length) return { empty: "No GPU kernels in this profile." };
-    return { option: bars(all ? [all, ...top] : top, "launches", (v) => `${count(v)} launches`) };
+    return { option: bars(all ? [all, ...top] : top, "launches", (v) => `${count(v)} launches`), height: barsHeight(top.length + 1) };
   },
 };
