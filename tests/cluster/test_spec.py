@@ -91,6 +91,11 @@ def _valid() -> dict[str, Any]:
         (lambda d: d.update(recovery={"health_check_interval": 0}), "recovery.health_check_interval", "0"),
         (lambda d: d.update(recovery={"agent": "yes"}), "recovery.agent", "'yes'"),
         (lambda d: d.update(recovery={"hang": 3}), "recovery.hang", None),
+        (
+            lambda d: d.update(recovery={"reboot_command": ["ipmitool"]}),
+            "recovery.reboot_command",
+            "['ipmitool']",
+        ),
     ],
 )
 def test_invalid_values_are_named(edit: Any, key: str, value: str | None) -> None:
@@ -115,3 +120,21 @@ def test_recovery_defaults_and_settings() -> None:
     data["recovery"] = {"agent": False, "hang_timeout_s": 20, "max_attempts": 2}
     r = parse_spec(data, DATA / "valid.yaml").recovery
     assert (r.agent, r.hang_timeout_s, r.max_attempts, r.health_check_interval) == (False, 20, 2, 5)
+
+
+def test_recovery_commands_and_the_adopted_default(tmp_path: Path) -> None:
+    data = _valid()
+    data["recovery"] = {"reboot_command": " ipmitool -H $1-bmc power cycle ", "ticket_command": "mail ops"}
+    r = parse_spec(data, DATA / "valid.yaml").recovery
+    assert (r.reboot_command, r.replace_command, r.ticket_command) == (
+        "ipmitool -H $1-bmc power cycle",
+        "",
+        "mail ops",
+    )
+    assert r.agent  # our own clusters: the agent by default
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    adopted = {"name": "a", "provider": "existing", "slurm_conf": str(conf), "shared_dir": "s"}
+    assert not parse_spec(adopted, tmp_path / "a.yaml").recovery.agent  # someone else's: only if asked
+    adopted["recovery"] = {"agent": True}
+    assert parse_spec(adopted, tmp_path / "a.yaml").recovery.agent

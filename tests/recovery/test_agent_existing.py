@@ -51,7 +51,7 @@ def _restart_script(tmp_path: Path, hosts: Hosts, root: str) -> Path:
         "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
     )
     remote = (
-        f"kill -9 $(cat {root}/state/slurmd-$1.pid) 2>/dev/null; sleep 0.5; cd {root} && "
+        f"kill -9 \\$(cat {root}/state/slurmd-$1.pid) 2>/dev/null; sleep 0.5; cd {root} || exit 1; "
         f"env HYPERSCOPE_CLUSTER_DIR={root} setsid slurmd -D -N $1 -f {root}/etc/slurm.conf "
         f"> {root}/log/restarted-$1.out 2>&1 < /dev/null &"
     )
@@ -156,6 +156,8 @@ def test_the_agent_recovers_nodes_of_an_adopted_multi_host_cluster(
         assert isinstance(r, dict) and r["phase"] == "closed"
         assert manage.load("adopted", home).node("workers-1").status == "Running"
     finally:
+        if (home / "clusters" / "adopted" / "agent.log").is_file():  # shown when the test fails
+            print((home / "clusters" / "adopted" / "agent.log").read_text())
         agents = (
             [p for p in manage.load("adopted", home).procs if p.role == "agent"]
             if (home / "clusters" / "adopted").exists()

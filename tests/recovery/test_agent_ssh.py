@@ -171,6 +171,8 @@ def test_the_agent_recovers_nodes_of_an_ssh_cluster_on_other_hosts(
         assert left == [], "delete left processes on the hosts"
         assert not any(alive(p) for p in manage.load("net", home).procs if p.role == "agent")
     finally:
+        if (home / "clusters" / "net" / "agent.log").is_file():  # shown when the test fails
+            print((home / "clusters" / "net" / "agent.log").read_text())
         if (home / "clusters" / "net" / "cluster.json").is_file():
             with contextlib.suppress(ClusterError):
                 manage.delete("net", home)
