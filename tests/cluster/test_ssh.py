@@ -145,7 +145,8 @@ def test_cluster_over_ssh(tmp_path: Path, sshd: tuple[int, Path]) -> None:
             "InService",
             f"{remote}/s1/etc/slurm.conf",
         )
-        assert {p.role for p in state.procs} == {"munged", "slurmctld", "slurmd"}
+        assert {p.role for p in state.procs} == {"munged", "slurmctld", "slurmd", "agent"}
+        assert [p.host for p in state.procs if p.role == "agent"] == [""]  # on this machine
         assert [p.host for p in state.procs if p.role == "munged"] == ["127.0.0.1"]  # one per host
         assert all(alive(p) for p in state.procs)  # loopback: the "remote" PIDs are this machine's
         d = manage.describe("s1", home)
