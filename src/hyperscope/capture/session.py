@@ -70,7 +70,10 @@ class Session:
         home = default_home() if self.config.home is None else self.config.home
         settings = self.config.settings() | {"run_id": self.ctx.run_id}
         target = CaptureTarget(
-            home=Path(home).expanduser(), job=self.job, profile_id=self.profile_id, created_ns=self._start_ns,
+            home=Path(home).expanduser(),
+            job=self.job,
+            profile_id=self.profile_id,
+            created_ns=self._start_ns,
             settings=settings,
         )
         meta = RankMeta(
@@ -173,8 +176,16 @@ class Session:
         self._enter_step(self.step_no, now)
 
     def _record_step_end(self, now: int) -> None:
-        self._add((EventKind.STEP, f"ProfilerStep#{self.step_no}", threading.get_native_id(),
-                   self._step_start_ns, now - self._step_start_ns, self.step_no))
+        self._add(
+            (
+                EventKind.STEP,
+                f"ProfilerStep#{self.step_no}",
+                threading.get_native_id(),
+                self._step_start_ns,
+                now - self._step_start_ns,
+                self.step_no,
+            )
+        )
 
     def _enter_step(self, step: int, now: int | None = None) -> None:
         now = time.time_ns() if now is None else now
@@ -318,4 +329,3 @@ def _device_properties() -> list[dict[str, Any]]:
         return out
     except Exception:
         return []
-

@@ -28,6 +28,7 @@ from hyperscope import __version__
 from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cli.agent import agent_command
 from hyperscope.cli.cluster import cluster_app, submit
+from hyperscope.cli.diff import diff as diff_command
 from hyperscope.cli.health import health_command
 from hyperscope.cli.profile import precompute_for_ui
 from hyperscope.cli.profile import profile as profile_command
@@ -55,7 +56,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -152,6 +152,8 @@ def import_(
             f"{read:,} events read, {report.profile.events:,} stored, {read - report.profile.events:,} "
             f"skipped; {_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} on disk"
         )
+        for warning in report.warnings:
+            err.print(Text("warning: ", style="bold yellow") + Text(warning))
         _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
     precompute_for_ui(store.home, report.job.name, report.profile.id)
 
@@ -375,6 +377,7 @@ def _demo_sample(home: Path, job: str, ranks: int, steps: int) -> ImportReport:
 
 app.command("profile")(profile_command)
 app.command("report")(report_command)
+app.command("diff")(diff_command)
 app.command("ui")(ui_command)
 app.command("health")(health_command)
 app.command("agent")(agent_command)

@@ -18,7 +18,7 @@ import signal
 import time
 from pathlib import Path
 
-from hyperscope.cluster import hooks
+from hyperscope.cluster import conf, hooks
 from hyperscope.cluster.local import MARKER, NODE_MARKER, LocalProvider
 from hyperscope.cluster.operate import Outcome
 from hyperscope.cluster.slurm import Slurm, SlurmError
@@ -121,6 +121,7 @@ def recreate(provider: LocalProvider, state: ClusterState, node: NodeState) -> P
     # new hardware: a fault rehearsed on the old node (its fault file) is gone with it
     (hooks.faults_dir(state) / f"{node.name}.json").unlink(missing_ok=True)
     spec = load_spec(state.spec_path)
+    conf.fake_gpus(spec, state, only=node.name)  # new hardware: all its GPUs there again
     provider.run_on_create(spec, state, node)
     t0 = time.time()
     proc = provider.start_slurmd(state, node, save=False)

@@ -5,6 +5,7 @@ duration class, written column by column into ``.npy`` files as they are filled.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable
@@ -43,6 +44,31 @@ def _int_type(lo: int, hi: int, *candidates: type[np.integer[Any]]) -> np.dtype[
     return np.dtype(np.int64)
 
 
+def _reserve(path: Path) -> None:
+    """Give the (sparse) file behind a fresh memory map its disk blocks now. A page of a memory
+    map that the disk has no room for is not an error but SIGBUS when it is first written, the
+    death of the process (the server, the launcher); reserved here, a full disk is ``OSError``
+    (ENOSPC) before a byte is written through the map."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            _write_zeros(fd, size)  # a filesystem without fallocate: plain writes reserve as well
+    finally:
+        os.close(fd)
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    chunk = bytes(1 << 20)
+    done = 0
+    while done < size:
+        done += os.pwrite(fd, chunk[: min(len(chunk), size - done)], done)
+
+
 class _Columns:
     """The index's columns as they are filled: ``.npy`` files under ``out`` (else arrays in memory).
     ``depth``, whose range is only known row by row, starts as uint8 and is rewritten as uint16
@@ -56,7 +82,9 @@ class _Columns:
         if self.out is None:
             return np.empty(n, dtype=dtype)
         path = self.out / f"{column}{suffix}.npy"
-        return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+        arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+        _reserve(path)
+        return arr
 
     def put(self, column: str, start: int, values: npt.NDArray[Any]) -> None:
         arr = self.arrays[column]
@@ -139,14 +167,25 @@ def build(
             FROM {source} JOIN fid USING (filename)
             WHERE ph IN ('i', 'I') AND kind NOT IN ({not_marks}) AND ts_ns IS NOT NULL"""
         )
+        # progress: the scans below are the first PREP of the build, the rows (sorted and filled
+        # rank by rank, each rank's share by its events) the rest
+        prep = 0.15
+
+        def report(share: float) -> None:
+            if progress is not None:
+                progress(min(1.0, max(0.0, share)))
+
+        report(0.01)
         found = con.execute(
             "SELECT side, rank, any_value(node), a, b, count(*), min(ts_ns), max(ts_ns + dur), "
             "min(corr), max(corr) FROM ev GROUP BY side, rank, a, b"
         ).fetchall()
+        report(prep * 0.5)
         marks = con.execute(
             "SELECT side, rank, any_value(node), a, b, count(*), min(ts_ns), max(ts_ns) "
             "FROM inst GROUP BY side, rank, a, b"
         ).fetchall()
+        report(prep * 0.7)
         con.execute(
             "CREATE TEMP TABLE nm AS SELECT name, (row_number() OVER (ORDER BY name) - 1)::INT AS nid "
             "FROM (SELECT DISTINCT name FROM ev UNION SELECT DISTINCT name FROM inst)"
@@ -160,7 +199,7 @@ def build(
             key = (int(rank), str(side), int(a), int(b))
             r = rows.setdefault(key, {"node": str(node), "n": 0, "lo": int(lo), "hi": int(hi)})
             r["m"], r["lo"], r["hi"] = int(n), min(r["lo"], int(lo)), max(r["hi"], int(hi))
-        total = sum(r["n"] for r in rows.values())
+        total = int(sum(r["n"] for r in rows.values()))
         corr_lo = min((int(f[8]) for f in found), default=-1)
         corr_hi = max((int(f[9]) for f in found), default=-1)
         widest = max((r["n"] for r in rows.values()), default=0)
@@ -189,6 +228,7 @@ def build(
             "m_src": np.asarray(m["src"]).astype(src_type),
         }
         del m
+        report(prep)
         infos: list[RowInfo] = []
         start, m_start, busy = 0, 0, 0
         for rank in sorted({k[0] for k in rows}):
@@ -199,6 +239,14 @@ def build(
                 "ORDER BY ev.side, ev.a, ev.b, ev.ts_ns, ev.dur DESC, ev.src",
                 {"rank": rank},
             ).fetchnumpy()
+            rank_start, rank_n = start, int(sum(rows[k]["n"] for k in keys))
+
+            def at(filled: int, rank_start: int = rank_start, rank_n: int = rank_n) -> float:
+                """the share done once `filled` of the rank's events are filled: its sort (the
+                query above) about half of its time, filling its rows the rest"""
+                return float(prep + (1 - prep) * (rank_start + rank_n / 2 + filled / 2) / max(1, total))
+
+            report(at(0))
             offset = 0
             for key in keys:
                 _, side, a, b = key
@@ -216,9 +264,9 @@ def build(
                 start += n
                 offset += n
                 m_start += r["m"]
+                report(at(offset))
             del got
-            if progress is not None:
-                progress(start / total if total else 1.0)
+            report(at(rank_n))
         cols.arrays["cum"][total] = busy
         cols.flush()
         arrays = {**cols.arrays, **m_arrays}
