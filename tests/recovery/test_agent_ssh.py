@@ -78,6 +78,7 @@ def test_the_agent_recovers_nodes_of_an_ssh_cluster_on_other_hosts(
     spec = _spec(
         tmp_path, hosts,
         reboot_command=f'echo "reboot $1 $2" >> {record}',
+        max_replacements=20,  # five automatic replacements here: not held by the brake
         ticket_command=f'echo "ticket $1 $2 $3" >> {record}',
     )  # fmt: skip
     home = tmp_path / "home"

@@ -132,7 +132,7 @@ class Agent:
     beat_read: dict[str, float] = field(default_factory=dict)
     #: the provider's seam; built from the cluster's state (tests and the bench may set one)
     operator: NodeOperator | None = None
-    _cached: tuple[tuple[int, int], ClusterState] | None = None
+    _cached: tuple[tuple[int, int, int], ClusterState] | None = None
     _recovery: RecoverySettings | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -143,7 +143,7 @@ class Agent:
     def _state(self) -> ClusterState:
         """The state file, parsed again only when it changed (it rarely does between passes)."""
         st = os.stat(self.dir / "cluster.json")
-        key = (st.st_mtime_ns, st.st_size)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)  # every save is a new file (os.replace)
         if self._cached is None or self._cached[0] != key:
             self._cached = (key, ClusterState.load(self.dir))
         return self._cached[1]
