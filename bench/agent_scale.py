@@ -11,10 +11,11 @@ is asked (the fence, the spare swap, the re-create), so what is measured is the 
 * **CPU per pass** (``time.process_time``, 30 steady passes, nothing to act on), the agent as it
   is, against the pass it replaced, in the same run: every node line parsed and every heartbeat
   file read, every second;
-* **a dead node acted on**: from the moment the recorded output starts showing one node not
-  responding to the agent's fence of it (``scontrol update nodename=… state=down``), the loop
-  running at its 1 s interval on a thread. (On a real cluster Slurm first needs its own
-  SlurmdTimeout to say the node is not responding; this figure is what the agent adds.)
+* **a dead node acted on**: from the moment the output starts showing one node DOWN and not
+  responding (the recorded not-responding line as Slurm shows it SlurmdTimeout later: state
+  ``DOWN+NOT_RESPONDING``, ``Reason=Not responding``) to the agent's fence of it
+  (``scontrol update nodename=… state=down``), the loop running at its 1 s interval on a
+  thread. (On a real cluster Slurm first needs its SlurmdTimeout; this is what the agent adds.)
 
 Both for the remote providers (ssh, existing: the node's slurmd is Slurm's to watch) and the
 local one (a /proc look at each node's slurmd every pass, as ``nodeops.slurmd_alive`` does).
@@ -50,6 +51,10 @@ def scaled(n: int, spares: int) -> tuple[str, str, str]:
     dead = (DATA / "agent_show_node_one_dead.txt").read_text().splitlines()
     busy, spare = healthy[0], healthy[3]  # workers-1 runs the job; workers-4 is the spare
     dead_line = next(line for line in dead if "NOT_RESPONDING" in line)
+    # as Slurm shows it SlurmdTimeout (5 s) later: DOWN, with its own reason (a NOT_RESPONDING
+    # alone is a flicker to the agent for recovery's flicker_s, 30 s)
+    dead_line = dead_line.replace("State=IDLE+NOT_RESPONDING", "State=DOWN+NOT_RESPONDING")
+    dead_line += " Reason=Not responding [slurm@2026-12-01T09:40:30]"
 
     def named(line: str, i: int) -> str:
         line = re.sub(r"^NodeName=\S+", f"NodeName=workers-{i}", line)
