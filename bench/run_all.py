@@ -32,6 +32,7 @@ def main() -> int:
         ["checkpoint_blocking.py", *(["--rounds", "3"] if args.quick else [])],
         ["cluster_lifecycle.py", *(["--rounds", "1"] if args.quick else [])],
         ["recovery.py", "--runs", "1" if args.quick else "3"],
+        ["agent_scale.py", *(["--passes", "10"] if args.quick else [])],
     ]
     failed = []
     for script, *rest in runs:

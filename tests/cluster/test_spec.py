@@ -98,6 +98,11 @@ def _valid() -> dict[str, Any]:
             "recovery.health_checks_dir",
             "'nowhere'",
         ),
+        (
+            lambda d: d.update(recovery={"reboot_command": ["ipmitool"]}),
+            "recovery.reboot_command",
+            "['ipmitool']",
+        ),
     ],
 )
 def test_invalid_values_are_named(edit: Any, key: str, value: str | None) -> None:
@@ -137,3 +142,21 @@ def test_the_brake_the_checks_folder_and_dcgms_schedule(tmp_path: Path) -> None:
     data["recovery"] = {"max_replacements": 2, "replacement_window_s": 60, "health_checks_dir": "checks"}
     r = parse_spec(data, tmp_path / "c.yaml").recovery
     assert (r.max_replacements, r.replacement_window_s, r.health_checks_dir) == (2, 60, tmp_path / "checks")
+
+
+def test_recovery_commands_and_the_adopted_default(tmp_path: Path) -> None:
+    data = _valid()
+    data["recovery"] = {"reboot_command": " ipmitool -H $1-bmc power cycle ", "ticket_command": "mail ops"}
+    r = parse_spec(data, DATA / "valid.yaml").recovery
+    assert (r.reboot_command, r.replace_command, r.ticket_command) == (
+        "ipmitool -H $1-bmc power cycle",
+        "",
+        "mail ops",
+    )
+    assert r.agent  # our own clusters: the agent by default
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    adopted = {"name": "a", "provider": "existing", "slurm_conf": str(conf), "shared_dir": "s"}
+    assert not parse_spec(adopted, tmp_path / "a.yaml").recovery.agent  # someone else's: only if asked
+    adopted["recovery"] = {"agent": True}
+    assert parse_spec(adopted, tmp_path / "a.yaml").recovery.agent

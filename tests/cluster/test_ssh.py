@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -144,7 +145,8 @@ def test_cluster_over_ssh(tmp_path: Path, sshd: tuple[int, Path]) -> None:
             "InService",
             f"{remote}/s1/etc/slurm.conf",
         )
-        assert {p.role for p in state.procs} == {"munged", "slurmctld", "slurmd"}
+        assert {p.role for p in state.procs} == {"munged", "slurmctld", "slurmd", "agent"}
+        assert [p.host for p in state.procs if p.role == "agent"] == [""]  # on this machine
         assert [p.host for p in state.procs if p.role == "munged"] == ["127.0.0.1"]  # one per host
         assert all(alive(p) for p in state.procs)  # loopback: the "remote" PIDs are this machine's
         d = manage.describe("s1", home)
@@ -214,3 +216,28 @@ def test_delete_with_an_unreachable_host_keeps_what_it_could_not_stop(tmp_path: 
     with pytest.raises(ClusterError, match=r"could not stop everything on 127\.0\.0\.1; run delete again"):
         manage.delete("gone", tmp_path)
     assert manage.load("gone", tmp_path).procs == state.procs  # still recorded, for the next try
+
+
+def test_stopping_one_node_stops_only_its_processes(tmp_path: Path) -> None:
+    """The re-create's stop, run by bash here as on a host: the node's processes (a frozen one
+    too) go; a process of another cluster's node of the same name, and one of another node, stay."""
+    from hyperscope.cluster.ssh_nodes import node_stop_command
+
+    root = str(tmp_path / "c")
+    base = {"PATH": os.environ["PATH"]}
+    ours = {**base, "HYPERSCOPE_CLUSTER_DIR": root, "HYPERSCOPE_SLURMD_NODE": "w-1"}
+    task = {**base, "SLURMD_NODENAME": "w-1", "SLURM_CONF": f"{root}/etc/slurm.conf", "SLURM_JOB_ID": "3"}
+    other_cluster = {**base, "HYPERSCOPE_CLUSTER_DIR": "/elsewhere", "HYPERSCOPE_SLURMD_NODE": "w-1"}
+    other_node = {**base, "HYPERSCOPE_CLUSTER_DIR": root, "HYPERSCOPE_SLURMD_NODE": "w-2"}
+    envs = {"ours": ours, "task": task, "other_cluster": other_cluster, "other_node": other_node}
+    procs = {k: subprocess.Popen(["sleep", "300"], env=env) for k, env in envs.items()}
+    try:
+        os.kill(procs["ours"].pid, signal.SIGSTOP)  # frozen: continued, then stopped
+        time.sleep(0.2)
+        subprocess.run(node_stop_command([], root, "w-1"), shell=True, check=True, timeout=30)
+        assert procs["ours"].wait(10) != 0 and procs["task"].wait(10) != 0
+        assert procs["other_cluster"].poll() is None and procs["other_node"].poll() is None
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import yaml
 from hyperscope.cluster.local import LocalProvider, missing_requirements
 from hyperscope.cluster.spec import load_spec
 from hyperscope.cluster.state import ClusterState, list_states
+from tests.recovery import netns
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "resilient_ddp.py"
@@ -88,3 +90,22 @@ def reference_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]
     assert [p.wait(timeout=300) for p in ranks] == [0, 0]
     return d / "final.pt"
+
+
+@pytest.fixture
+def net_hosts(tmp_path: Path) -> Iterator[Callable[[int], netns.Hosts]]:
+    """``make(n)``: n hosts as network namespaces (netns.py), each with its own sshd; every
+    namespace, link and process in them removed after the test, whatever happened."""
+    why = netns.missing() or missing_requirements()
+    if why:
+        pytest.skip(f"multi-host tests need namespaces and Slurm: {why}")
+    made: list[netns.Hosts] = []
+
+    def make(n: int) -> netns.Hosts:
+        hosts = netns.Hosts(tmp_path, f"/run/hs-ns-{uuid.uuid4().hex[:8]}")
+        made.append(hosts)
+        return hosts.open(n)
+
+    yield make
+    for hosts in made:
+        hosts.close()

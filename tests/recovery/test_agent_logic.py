@@ -10,7 +10,8 @@ from pathlib import Path
 from hyperscope.cluster.slurm import Job, Slurm
 from hyperscope.cluster.state import ClusterState
 from hyperscope.recovery import heartbeat
-from hyperscope.recovery.agent import Agent, heartbeat_dir
+from hyperscope.recovery.agent import UNSEEN_RECHECK_S, Agent, heartbeat_dir
+from hyperscope.recovery.decide import Policy
 
 
 class Clock:
@@ -48,8 +49,9 @@ def test_a_job_is_watched_from_its_first_beat_of_the_attempt(tmp_path: Path) -> 
     clock.now = 1400.0
     assert agent.job_views(state, [_job("RUNNING", restarts=1)]) == []  # never beat: not watched
     _beat(state, 1001.0)
+    clock.now += UNSEEN_RECHECK_S  # a job not beating yet is looked at again this often
     (view,) = agent.job_views(state, [_job("RUNNING", restarts=1)])
-    assert view.silent_s is not None and round(view.silent_s) == 399
+    assert view.silent_s is not None and round(view.silent_s) == 404
     assert (view.job, view.attempts) == ("7", 1)
     assert view.nodes == ("workers-[1-2]",)
     assert agent.job_views(state, [_job("PENDING", restarts=1)]) == []
@@ -80,3 +82,27 @@ def test_the_hold_is_lifted_only_in_a_later_second_than_the_requeue(tmp_path: Pa
     assert len(calls) == 1
     log = (Path(state.dir) / "agent.log").read_text()
     assert '"kind": "release"' in log and "post-requeue hold lifted" in log
+
+
+def test_a_beating_job_costs_no_file_read_until_its_hang_timeout_could_have_passed(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    clock = Clock(1000.0)
+    agent = Agent(tmp_path / "home", "c", policy=Policy(hang_timeout_s=60.0), clock=clock)
+    running = [_job("RUNNING")]
+    _beat(state, 1000.0)
+    (view,) = agent.job_views(state, running)
+    assert view.silent_s == 0.0
+    beats = list(heartbeat_dir(state).iterdir())
+    for f in beats:  # unreadable from now on: a read would lose the beat and show it as unseen
+        f.write_text("garbage")
+    for now in (1010.0, 1030.0, 1060.0):
+        clock.now = now
+        (view,) = agent.job_views(state, running)
+        assert view.silent_s == now - 1000.0  # from the beat remembered, no file read
+    _beat(state, 1050.0)
+    clock.now = 1061.0  # past the timeout since the remembered beat: read again, a newer one found
+    (view,) = agent.job_views(state, running)
+    assert view.silent_s == 11.0
+    # a new attempt: the beats of the one before do not count
+    assert agent.job_views(state, [_job("RUNNING", restarts=1)]) == []
+    assert agent.job_views(state, []) == [] and agent.beat_at == {}  # gone jobs are forgotten

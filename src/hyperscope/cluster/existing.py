@@ -1,9 +1,13 @@
 """The existing provider: adopt a Slurm cluster the user already runs, through its ``slurm.conf``.
 
-Nothing is started, configured or stopped: adopting records the cluster (its controller, partition
-and nodes as Slurm reports them) so describe, list-nodes, shell and submit work on it, and so the
-agent and auto-resume of the next issue have a cluster to attach to. ``delete`` forgets it and
-leaves every Slurm daemon as it was.
+Nothing of the cluster is started, configured or stopped: adopting records it (its controller,
+partitions and nodes as Slurm reports them; nodes in no partition are the spares of the default
+one) so describe, list-nodes, shell and submit work on it. With ``recovery: {agent: true}`` in the
+spec (never by default: the cluster is someone else's) the recovery agent runs on this machine and
+acts through :class:`ExistingOperator`: Slurm's commands, a spare swapped into a failed node's
+partition, and the spec's own ``reboot_command``/``replace_command``; what no command of the spec
+can do becomes a ticket. ``delete`` stops that agent, forgets the cluster and leaves every Slurm
+daemon as it was.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import shutil
 import time
 from pathlib import Path
 
+from hyperscope.cluster import nodeops, operate
 from hyperscope.cluster.local import spec_digest
+from hyperscope.cluster.operate import Outcome, run_hook
 from hyperscope.cluster.slurm import Slurm, SlurmError
-from hyperscope.cluster.spec import ClusterSpec
+from hyperscope.cluster.spec import ClusterSpec, RecoverySettings, load_spec
 from hyperscope.cluster.state import (
     ClusterError,
     ClusterState,
@@ -24,6 +30,10 @@ from hyperscope.cluster.state import (
     cluster_lock,
     clusters_dir,
 )
+from hyperscope.errors import HyperscopeError
+
+#: how long a node rebooted or replaced by the spec's command may take to register again
+REGISTER_TIMEOUT_S = 600.0
 
 
 class ExistingProvider:
@@ -70,13 +80,20 @@ class ExistingProvider:
                 ctld_port=int(config.get("SlurmctldPort", "0").split("-")[0] or 0),
             )
             for n in nodes:
-                group = n.partitions[0] if n.partitions else "(no partition)"
+                group = n.partitions[0] if n.partitions else (default or "(no partition)")
                 state.nodes.append(
-                    NodeState(n.name, group, "worker", not n.partitions, True, status="Running", port=n.port)
-                )
+                    NodeState(
+                        n.name, group, "worker", not n.partitions, True, status="Running", port=n.port,
+                        host=n.fields.get("NodeAddr", ""),
+                    )
+                )  # fmt: skip
                 state.nodes[-1].since = time.time()
                 say(n.name, n.display_state)
             state.save()
+            if spec.recovery.agent:
+                say("*", "starting the recovery agent on this machine")
+                (d / "log").mkdir(exist_ok=True)
+                operate.start_agent(self.home, state)
             return state
 
     def delete(self, name: str) -> bool:
@@ -84,5 +101,49 @@ class ExistingProvider:
         with cluster_lock(self.home, name, remove=True):
             d = clusters_dir(self.home) / name
             existed = (d / "cluster.json").is_file()
+            if existed:
+                operate.stop_agent(ClusterState.load(d))
             shutil.rmtree(d, ignore_errors=True)
             return existed
+
+
+class ExistingOperator:
+    """Slurm's commands here; reboots and replacements only through the spec's commands (an
+    adopted cluster's machines are not ours to restart), else a ticket."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._slurm = Slurm(Path(state.slurm_conf))
+
+    def slurm(self) -> Slurm:
+        return self._slurm
+
+    def daemon_alive(self, node: NodeState) -> bool:
+        return True  # not ours to look at: Slurm's NOT_RESPONDING says it
+
+    def _recovery(self) -> RecoverySettings:
+        try:
+            return load_spec(Path(self.state.spec_path)).recovery
+        except HyperscopeError:
+            return RecoverySettings()
+
+    def _through(self, command: str, what: str, node: NodeState, reason: str) -> Outcome:
+        t0 = time.time()
+        run_hook(command, self.state, node, reason, what=what)
+        nodeops.wait_registered(self._slurm, node.name, t0, timeout=REGISTER_TIMEOUT_S)
+        nodeops.resume(self._slurm, node.name)
+        return Outcome()
+
+    def reboot(self, node: NodeState, reason: str) -> Outcome:
+        command = self._recovery().reboot_command
+        if not command:
+            return Outcome(ticket=f"reboot wanted ({reason}); the spec names no recovery.reboot_command")
+        return self._through(command, "reboot_command", node, reason)
+
+    def recreate(self, node: NodeState, reason: str) -> Outcome:
+        command = self._recovery().replace_command
+        if not command:
+            return Outcome(
+                ticket=f"needs new hardware ({reason}); the spec names no recovery.replace_command"
+            )
+        return self._through(command, "replace_command", node, reason)

@@ -191,7 +191,9 @@ class LocalProvider:
         state.save()
         return state
 
-    def _popen(self, state: ClusterState, role: str, argv: list[str], log: str, node: str = "") -> Proc:
+    def _popen(
+        self, state: ClusterState, role: str, argv: list[str], log: str, node: str = "", *, save: bool = True
+    ) -> Proc:
         env = {**os.environ, "SLURM_CONF": state.slurm_conf, MARKER: state.dir}
         if node:  # inherited by the node's slurmstepds: how a node's own processes are found
             env[NODE_MARKER] = node
@@ -202,7 +204,8 @@ class LocalProvider:
             )  # fmt: skip
         proc = adopt(child, role, node)
         state.procs.append(proc)
-        state.save()
+        if save:  # the agent records a restarted node's daemon itself (nodes recover in parallel)
+            state.save()
         return proc
 
     def _start(self, spec: ClusterSpec, state: ClusterState, say: Progress) -> None:
@@ -284,10 +287,10 @@ class LocalProvider:
         ]
         return self._popen(state, "agent", argv, "agent.out")
 
-    def start_slurmd(self, state: ClusterState, node: NodeState) -> Proc:
+    def start_slurmd(self, state: ClusterState, node: NodeState, *, save: bool = True) -> Proc:
         return self._popen(
             state, "slurmd", ["slurmd", "-D", "-N", node.name, "-f", state.slurm_conf],
-            f"slurmd-{node.name}.out", node.name,
+            f"slurmd-{node.name}.out", node.name, save=save,
         )  # fmt: skip
 
     def run_on_create(self, spec: ClusterSpec, state: ClusterState, node: NodeState) -> None:

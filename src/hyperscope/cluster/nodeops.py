@@ -1,7 +1,8 @@
-"""Operations on one node of a local cluster, as the recovery agent applies them: fence it (Slurm
-DOWN, so its jobs are requeued at once), reboot it (its slurmd restarted), re-create it under the
-same name (everything of it stopped, its spool wiped, ``on_create.sh`` run again, a new slurmd),
-and swap a spare into the partition in its place.
+"""Operations on one node, as the recovery agent applies them. For every provider (Slurm commands):
+fence it (Slurm DOWN, so its jobs are requeued at once), swap a spare into the partition in its
+place, wait for a restarted slurmd to register and resume it. For the local provider
+(:class:`LocalOperator`): reboot it (its slurmd restarted) and re-create it under the same name
+(everything of it stopped, its spool wiped, ``on_create.sh`` run again, a new slurmd).
 
 A node's processes are its slurmd (recorded, by PID and start time), its slurmstepds (double-forked,
 so found by the node marker they inherit from that slurmd) and its job tasks (``SLURMD_NODENAME``
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from hyperscope.cluster import conf, hooks
 from hyperscope.cluster.local import MARKER, NODE_MARKER, LocalProvider
+from hyperscope.cluster.operate import Outcome
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import load_spec
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, alive, start_time, stop
@@ -74,8 +76,9 @@ def fence(slurm: Slurm, node: str, reason: str) -> None:
     slurm.run("scontrol", "update", f"nodename={node}", "state=down", f"reason={reason[:200]}")
 
 
-def _wait_registered(slurm: Slurm, node: str, since: float) -> None:
-    deadline = time.monotonic() + REGISTER_TIMEOUT_S
+def wait_registered(slurm: Slurm, node: str, since: float, timeout: float = REGISTER_TIMEOUT_S) -> None:
+    """Until Slurm has heard from a slurmd of ``node`` started at ``since`` or later."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             found = {n.name: n for n in slurm.nodes()}.get(node)
@@ -89,25 +92,26 @@ def _wait_registered(slurm: Slurm, node: str, since: float) -> None:
             if started >= since - 1:
                 return
         time.sleep(0.1)
-    raise ClusterError(f"node {node}: its new slurmd did not register within {REGISTER_TIMEOUT_S:g} s")
+    raise ClusterError(f"node {node}: its new slurmd did not register within {timeout:g} s")
 
 
-def _resume(slurm: Slurm, node: str) -> None:
+def resume(slurm: Slurm, node: str) -> None:
     slurm.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
 
 
-def reboot(provider: LocalProvider, state: ClusterState, node: NodeState, reason: str) -> None:
+def reboot(provider: LocalProvider, state: ClusterState, node: NodeState, reason: str) -> Proc:
     """Stop everything of the node and start its slurmd again; then return it to service."""
     slurm = Slurm(Path(state.slurm_conf))
     fence(slurm, node.name, f"hyperscope agent: rebooting: {reason}")
     _stop_node(state, node.name)
     t0 = time.time()
-    provider.start_slurmd(state, node)
-    _wait_registered(slurm, node.name, t0)
-    _resume(slurm, node.name)
+    proc = provider.start_slurmd(state, node, save=False)
+    wait_registered(slurm, node.name, t0)
+    resume(slurm, node.name)
+    return proc
 
 
-def recreate(provider: LocalProvider, state: ClusterState, node: NodeState) -> None:
+def recreate(provider: LocalProvider, state: ClusterState, node: NodeState) -> Proc:
     """A fresh node under the same name: nothing of the old one survives (processes, spool)."""
     slurm = Slurm(Path(state.slurm_conf))
     _stop_node(state, node.name)
@@ -120,15 +124,46 @@ def recreate(provider: LocalProvider, state: ClusterState, node: NodeState) -> N
     conf.fake_gpus(spec, state, only=node.name)  # new hardware: all its GPUs there again
     provider.run_on_create(spec, state, node)
     t0 = time.time()
-    provider.start_slurmd(state, node)
-    _wait_registered(slurm, node.name, t0)
-    _resume(slurm, node.name)
+    proc = provider.start_slurmd(state, node, save=False)
+    wait_registered(slurm, node.name, t0)
+    resume(slurm, node.name)
+    return proc
+
+
+def partition_of(state: ClusterState, node: NodeState) -> str:
+    """An adopted cluster's groups are its partitions; ours all share the spec's partition."""
+    return node.group if state.provider == "existing" else state.partition
 
 
 def swap_in(slurm: Slurm, state: ClusterState, failed: NodeState, spare: NodeState) -> None:
     """The spare joins the partition in the failed node's place; the failed one leaves it and
     becomes the group's spare once re-created."""
-    members = [n.name for n in state.nodes if n.slurm and not n.spare and n.name != failed.name]
+    part = partition_of(state, failed)
+    members = [
+        n.name
+        for n in state.nodes
+        if n.slurm and not n.spare and n.name != failed.name and partition_of(state, n) == part
+    ]
     members.append(spare.name)
-    slurm.run("scontrol", "update", f"partitionname={state.partition}", f"nodes={','.join(sorted(members))}")
+    slurm.run("scontrol", "update", f"partitionname={part}", f"nodes={','.join(sorted(members))}")
     spare.spare, failed.spare = False, True
+
+
+class LocalOperator:
+    """Every node a set of processes on this machine: restarted or re-created here."""
+
+    def __init__(self, home: Path, state: ClusterState) -> None:
+        self.provider = LocalProvider(home)
+        self.state = state
+
+    def slurm(self) -> Slurm:
+        return Slurm(Path(self.state.slurm_conf))
+
+    def daemon_alive(self, node: NodeState) -> bool:
+        return slurmd_alive(self.state, node.name)
+
+    def reboot(self, node: NodeState, reason: str) -> Outcome:
+        return Outcome([reboot(self.provider, self.state, node, reason)])
+
+    def recreate(self, node: NodeState, reason: str) -> Outcome:
+        return Outcome([recreate(self.provider, self.state, node)])

@@ -84,6 +84,14 @@ class RecoverySettings:
     #: hung-job requeues before the agent stops the job instead
     max_attempts: int = 3
     max_reboots: int = 1
+    #: ssh/existing: how a node is rebooted (IPMI, a cloud CLI, ``ssh $2 reboot``), run with
+    #: ``bash -c`` on the agent's machine, the node as ``$1`` and its host as ``$2``; "" = restart
+    #: its slurmd over ssh (ssh), open a ticket (existing)
+    reboot_command: str = ""
+    #: ssh/existing: how a node is replaced by new hardware at the same name; "" = a ticket
+    replace_command: str = ""
+    #: run (as above, the reason as ``$3``) when a node needs what the agent cannot do: a ticket
+    ticket_command: str = ""
     #: the brake on automatic replacements: at most this many in any ``replacement_window_s`` s
     max_replacements: int = 4
     replacement_window_s: int = 600
@@ -248,10 +256,12 @@ def _slurm(src: Path, raw: object) -> SlurmSettings:
     return SlurmSettings(**values)
 
 
-def _recovery(src: Path, raw: object) -> RecoverySettings:
+def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySettings:
+    """``adopted`` (the existing provider): the agent acts on someone else's cluster only when the
+    spec says ``agent: true``."""
     d = _mapping(src, "recovery", {} if raw is None else raw, set(RecoverySettings.__slots__))
     defaults = RecoverySettings()
-    agent = d.get("agent", defaults.agent)
+    agent = d.get("agent", defaults.agent and not adopted)
     if not isinstance(agent, bool):
         raise SpecError(src, "recovery.agent", "must be true or false", agent)
     limits = {
@@ -267,6 +277,11 @@ def _recovery(src: Path, raw: object) -> RecoverySettings:
         k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
         for k, (lo, hi) in limits.items()
     }
+    for k in ("reboot_command", "replace_command", "ticket_command"):
+        command = d.get(k, "")
+        if not isinstance(command, str):
+            raise SpecError(src, f"recovery.{k}", "must be a shell command (a string)", command)
+        values[k] = command.strip()
     if d.get("health_checks_dir") is not None:
         checks = _dir(src, "recovery.health_checks_dir", d["health_checks_dir"])
         if not checks.is_dir():
@@ -348,7 +363,7 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
         source=source.resolve(),
         slurm_conf=slurm_conf,
         ssh=_ssh(source, d.get("ssh")) if provider == "ssh" else None,
-        recovery=_recovery(source, d.get("recovery")),
+        recovery=_recovery(source, d.get("recovery"), adopted=existing),
     )
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from hyperscope.cluster import conf
+from hyperscope.cluster import conf, operate
 from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, SshSettings
@@ -45,6 +45,7 @@ from hyperscope.cluster.state import (
 )
 
 MARKER = "HYPERSCOPE_CLUSTER_DIR"  # as the local provider's: in every daemon's environment
+NODE_MARKER = "HYPERSCOPE_SLURMD_NODE"  # in a slurmd's (and so its slurmstepds') environment
 ON_CREATE_TIMEOUT_S = 600.0
 #: the env a remote Slurm command gets; the rest of this machine's environment stays here
 FORWARDED = ("SLURM_CONF", "HYPERSCOPE_HOME", "HYPERSCOPE_JOB")
@@ -95,10 +96,13 @@ def with_env(env: Mapping[str, str], argv: Sequence[str]) -> str:
     return shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *argv])
 
 
-def start_command(root: str, log: str, argv: Sequence[str]) -> str:
-    """Start a daemon detached from the ssh session; prints ``PID START`` (its /proc start time)."""
+def start_command(root: str, log: str, argv: Sequence[str], node: str = "") -> str:
+    """Start a daemon detached from the ssh session; prints ``PID START`` (its /proc start time).
+    A slurmd's ``node`` is in its environment, inherited by its slurmstepds: how one node's
+    processes are found on a host that runs several."""
+    env = {MARKER: root, **({NODE_MARKER: node} if node else {})}
     return (  # not `cd && cmd &`: that backgrounds a subshell, and $! would be its PID
-        f"cd {shlex.quote(root)} || exit 1; {with_env({MARKER: root}, ['setsid', *argv])} "
+        f"cd {shlex.quote(root)} || exit 1; {with_env(env, ['setsid', *argv])} "
         f"> {shlex.quote(f'{root}/log/{log}')} 2>&1 < /dev/null & p=$!; echo $p {_START_TIME}"
     )
 
@@ -166,6 +170,30 @@ class Hosts:
         return run
 
 
+def run_on_create(hosts: Hosts, state: ClusterState, node: NodeState, gpus: int, script: str) -> None:
+    """The lifecycle script for one node on its host, as at create (or on a node re-created)."""
+    root = state.run_dir
+    env = {
+        "SLURM_CONF": state.slurm_conf, "HYPERSCOPE_CLUSTER": state.name,
+        "HYPERSCOPE_GROUP": node.group, "HYPERSCOPE_ROLE": node.role, "HYPERSCOPE_NODE": node.name,
+        "HYPERSCOPE_SPARE": str(int(node.spare)),
+        "HYPERSCOPE_GPUS": str(gpus), "HYPERSCOPE_CONTROLLER": state.controller,
+        "HYPERSCOPE_SHARED_DIR": state.shared_dir,
+        "HYPERSCOPE_RESOURCE_CONFIG": f"{root}/etc/resource_config.json",
+    }  # fmt: skip
+    log = f"{root}/log/on_create-{node.name}.log"
+    q = shlex.quote(root)
+    cmd = f"cd {q}/lifecycle && {with_env(env, ['bash', 'on_create.sh'])} > {shlex.quote(log)} 2>&1"
+    rc = hosts.run(node.host, f"{cmd}; echo $?", timeout=ON_CREATE_TIMEOUT_S).strip()
+    node.output = hosts.run(node.host, f"tail -c 4000 {shlex.quote(log)}")
+    if rc != "0":
+        node.status, node.since = "Failed", time.time()
+        raise ClusterError(
+            f"{script} exited with status {rc} on node {node.name} (host {node.host}, "
+            f"group {node.group}, role {node.role}):\n" + (node.output.rstrip() or "(no output)")
+        )
+
+
 def slurm_for(state: ClusterState) -> Slurm:
     return Slurm(
         Path(state.slurm_conf), runner=Hosts(settings(state)).runner(state.node(state.controller).host)
@@ -216,6 +244,8 @@ class SshProvider:
                 raise
             state.status = "InService"
             state.save()
+            if spec.recovery.agent:  # on this machine: the one that reaches every host
+                operate.start_agent(self.home, state)
             return state
 
     def _prepare(self, spec: ClusterSpec, d: Path) -> ClusterState:
@@ -267,7 +297,9 @@ class SshProvider:
                             f"&& chmod 755 {q} {q}/munge", stdin=bundle)  # fmt: skip
 
         def daemon(node: NodeState, role: str, argv: list[str], log: str) -> None:
-            pid, start = hosts.run(node.host, start_command(root, log, argv)).split()
+            pid, start = hosts.run(
+                node.host, start_command(root, log, argv, node.name if role == "slurmd" else "")
+            ).split()
             state.procs.append(
                 Proc(role, int(pid), int(start), node.name if role == "slurmd" else "", node.host)
             )
@@ -305,24 +337,7 @@ class SshProvider:
             say(node.name, f"running on_create.sh on {node.host}")
             node.status = "Configuring"
             state.save()
-            env = {
-                "SLURM_CONF": state.slurm_conf, "HYPERSCOPE_CLUSTER": state.name,
-                "HYPERSCOPE_GROUP": node.group, "HYPERSCOPE_ROLE": node.role, "HYPERSCOPE_NODE": node.name,
-                "HYPERSCOPE_SPARE": str(int(node.spare)),
-                "HYPERSCOPE_GPUS": str(gpus[node.group]), "HYPERSCOPE_CONTROLLER": state.controller,
-                "HYPERSCOPE_SHARED_DIR": state.shared_dir,
-                "HYPERSCOPE_RESOURCE_CONFIG": f"{root}/etc/resource_config.json",
-            }  # fmt: skip
-            log = f"{root}/log/on_create-{node.name}.log"
-            cmd = f"cd {q}/lifecycle && {with_env(env, ['bash', 'on_create.sh'])} > {shlex.quote(log)} 2>&1"
-            rc = hosts.run(node.host, f"{cmd}; echo $?", timeout=ON_CREATE_TIMEOUT_S).strip()
-            node.output = hosts.run(node.host, f"tail -c 4000 {shlex.quote(log)}")
-            if rc != "0":
-                node.status, node.since = "Failed", time.time()
-                raise ClusterError(
-                    f"{spec.on_create} exited with status {rc} on node {node.name} (host {node.host}, "
-                    f"group {node.group}, role {node.role}):\n" + (node.output.rstrip() or "(no output)")
-                )
+            run_on_create(hosts, state, node, gpus[node.group], str(spec.on_create))
             if node.slurm:
                 say(node.name, f"starting slurmd on {node.host}")
                 daemon(node, "slurmd", ["slurmd", "-D", "-N", node.name, "-f", state.slurm_conf],
@@ -346,7 +361,9 @@ class SshProvider:
             return True
 
     def _teardown(self, state: ClusterState, *, remove: bool = True) -> None:
-        """On every host: slurmds and strays (slurmstepds, tasks), then slurmctld, then munged."""
+        """The agent (here), then on every host: slurmds and strays (slurmstepds, tasks), then
+        slurmctld, then munged."""
+        operate.stop_agent(state)
         hosts = Hosts(settings(state))
         every = list(dict.fromkeys(n.host for n in state.nodes))
         on = {h: [p for p in state.procs if p.host == h] for h in every}

@@ -24,7 +24,8 @@ from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.errors import HyperscopeError
 
 Status = Literal["Creating", "InService", "Updating", "Failed", "Deleting"]
-NodeStatus = Literal["Pending", "Configuring", "Running", "Rebooting", "Replacing", "Failed"]
+#: NeedsHardware: the agent opened a ticket (the node's host is gone, or no command can replace it)
+NodeStatus = Literal["Pending", "Configuring", "Running", "Rebooting", "Replacing", "Failed", "NeedsHardware"]
 STATE_FILE = "cluster.json"
 CLUSTERS_DIR = "clusters"
 

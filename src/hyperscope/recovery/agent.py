@@ -1,14 +1,21 @@
 """The recovery agent (``hyperscope agent``): once a second it reads what Slurm says of the nodes
 and jobs, what the provider sees of each node's slurmd, and the jobs' progress heartbeats; asks
-:mod:`hyperscope.recovery.decide` what to do; and applies each decision through the provider.
+:mod:`hyperscope.recovery.decide` what to do; and applies each decision through the provider's
+:class:`~hyperscope.cluster.operate.NodeOperator` — the same loop for local, ssh and adopted
+clusters, which differ only in how a node is rebooted or re-created (or, where nothing here can,
+a ticket for an operator).
 
 Every decision is appended, with its reason and then its outcome, as one JSON line to
 ``<cluster dir>/agent.log`` and recorded on the node (``list-nodes`` shows it). The agent also
 lifts Slurm's post-requeue hold (``StartTime=now``) from requeued jobs, so a job is running again
 within about a second of its nodes being ready instead of after ``cred_expire``.
 
-It acts only on local clusters (the only provider whose nodes it can restart or re-create). State
-changes happen under the cluster's lock, so ``delete`` never races a replacement.
+Node recoveries run in parallel, one thread per node; each node is acted on by one thread at a
+time, and the cluster's state file is only locked for the moment a result is written into it
+(never through a re-create, which may run a lifecycle script for minutes), so ``delete`` and the
+other nodes' recoveries never wait behind one. A pass costs the same however many heartbeat files
+and healthy nodes there are: a job's heartbeats are read only once it may have hung, and only
+nodes Slurm does not report plainly healthy are parsed in full.
 """
 
 from __future__ import annotations
@@ -21,14 +28,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hyperscope.cluster import jobs as catalog_jobs
 from hyperscope.cluster import nodeops
-from hyperscope.cluster.local import LocalProvider
-from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError
+from hyperscope.cluster.operate import NodeOperator, Outcome, open_ticket, operator_for
+from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError, parse_show_node
+from hyperscope.cluster.spec import RecoverySettings, load_spec
 from hyperscope.cluster.state import (
     ClusterError,
     ClusterState,
@@ -83,6 +92,12 @@ def read_log(cluster_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
+#: a job not beating yet (still starting) has its heartbeat files looked for this often
+UNSEEN_RECHECK_S = 5.0
+#: ``scontrol show node -o`` lines of a node in plain service; such a node is not parsed further
+_HEALTHY = (" State=IDLE ", " State=ALLOCATED ", " State=MIXED ")
+
+
 @dataclass
 class Agent:
     home: Path
@@ -111,17 +126,52 @@ class Agent:
     noted: dict[str, str] = field(default_factory=dict)
     #: what the jobs catalog was last synced from: (job, state, restarts) of every job Slurm knows
     synced: tuple[tuple[int, str, int], ...] | None = None
+    #: nodes a thread is acting on: one action per node at a time (the per-node lock)
+    acting: set[str] = field(default_factory=set)
+    #: job -> the newest heartbeat seen (s since the epoch) / when its files were last read
+    beat_at: dict[str, float] = field(default_factory=dict)
+    beat_read: dict[str, float] = field(default_factory=dict)
+    #: the provider's seam; built from the cluster's state (tests and the bench may set one)
+    operator: NodeOperator | None = None
+    _cached: tuple[tuple[int, int, int], ClusterState] | None = None
+    _recovery: RecoverySettings | None = None
+    _guard: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def dir(self) -> Path:
         return clusters_dir(self.home) / self.name
 
     def _state(self) -> ClusterState:
-        return ClusterState.load(self.dir)
+        """The state file, parsed again only when it changed (it rarely does between passes)."""
+        st = os.stat(self.dir / "cluster.json")
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)  # every save is a new file (os.replace)
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, ClusterState.load(self.dir))
+        return self._cached[1]
+
+    def _ops(self, state: ClusterState) -> NodeOperator:
+        return self.operator if self.operator is not None else operator_for(state, self.home)
+
+    def recovery(self, state: ClusterState) -> RecoverySettings:
+        if self._recovery is None:
+            try:
+                self._recovery = load_spec(Path(state.spec_path)).recovery
+            except HyperscopeError:
+                self._recovery = RecoverySettings()
+        return self._recovery
+
+    @contextmanager
+    def _update(self) -> Iterator[ClusterState]:
+        """The state, fresh, for one short change: saved at the end. The lock (the cluster's, so
+        ``delete`` and ``create`` are never raced) is held only this long."""
+        with self._guard, cluster_lock(self.home, self.name):
+            state = ClusterState.load(self.dir)
+            yield state
+            state.save()
 
     def log(self, record: dict[str, Any]) -> None:
         record = {"time": round(self.clock(), 3), **record}
-        with open(self.dir / LOG, "a") as f:
+        with self._guard, open(self.dir / LOG, "a") as f:
             f.write(json.dumps(record) + "\n")
 
     # --- one pass ---------------------------------------------------------------------------------
@@ -132,14 +182,15 @@ class Agent:
         if state.status not in ("InService", "Updating"):
             return []
         restarts = self.supervise(state)
-        slurm = Slurm(Path(state.slurm_conf))
+        ops = self._ops(state)
+        slurm = ops.slurm()
         try:
-            live = slurm.nodes()
+            shown = slurm.run("scontrol", "show", "node", "-o").stdout
             jobs = slurm.jobs()
         except SlurmError:
             return restarts  # slurmctld busy or restarting: the next pass sees it
         self.sync_catalog(state, slurm, jobs)
-        views = self.node_views(state, live)
+        views = self.node_views(state, self.nodes_of_interest(state, ops, shown), ops)
         actions = decide_nodes(views, {}, self.policy, recent_replacements=self.recent_replacements())
         actions += decide_jobs(self.job_views(state, jobs), self.policy)
         passive = {a.nodes[0]: str(a) for a in actions if a.kind in PASSIVE}
@@ -162,6 +213,7 @@ class Agent:
             or (j.state == "PENDING" and j.restarts and (j.id, j.restarts) not in self.released)
             for j in jobs
         ) or any(w.is_alive() for w in self.workers)
+        self.workers = [w for w in self.workers if w.is_alive()]
         return actions
 
     def supervise(self, state: ClusterState) -> list[Action]:
@@ -180,6 +232,8 @@ class Agent:
             with cluster_lock(self.home, self.name):
                 fresh = self._state()
                 if fresh.status in ("InService", "Updating"):
+                    from hyperscope.cluster.local import LocalProvider  # the local provider's only
+
                     LocalProvider(self.home).restart_controller(fresh)
         except (ClusterError, SlurmError, OSError) as exc:
             self.log({**base, "phase": "failed", "error": str(exc), "seconds": round(self.clock() - t0, 3)})
@@ -241,12 +295,39 @@ class Agent:
         self.replaced_at = [t for t in self.replaced_at if now - t < window]
         return len(self.replaced_at)
 
-    def node_views(self, state: ClusterState, live: list[Node]) -> list[NodeView]:
+    def nodes_of_interest(self, state: ClusterState, ops: NodeOperator, shown: str) -> list[Node]:
+        """The nodes of ``scontrol show node -o`` that may need a decision: all but those in plain
+        service (up, no flag, no reason) whose slurmd the provider sees alive and that the agent
+        has no business with (spares, a node it rebooted or opened a ticket for)."""
+        ours = {n.name: n for n in state.nodes}
+        watched = set(self.reboots) | set(self.settling)
+        out: list[Node] = []
+        for line in shown.splitlines():
+            if not line.startswith("NodeName="):
+                continue
+            name = line[9 : line.find(" ")]
+            n = ours.get(name)
+            if n is None or not n.slurm:
+                continue
+            plain = "Reason=" not in line and any(h in line for h in _HEALTHY)
+            quiet = plain and not n.spare and n.status == "Running" and name not in watched
+            if quiet and ops.daemon_alive(n):
+                self.silent_since.pop(name, None)
+                continue
+            out.extend(parse_show_node(line))
+        return out
+
+    def node_views(self, state: ClusterState, live: list[Node], ops: NodeOperator) -> list[NodeView]:
         by_name = {n.name: n for n in live}
         views = []
         for n in state.nodes:
             s = by_name.get(n.name)
-            if not n.slurm or s is None or n.status in ("Failed", "Replacing", "Rebooting"):
+            if s is None or n.name in self.acting:
+                continue
+            if n.status == "NeedsHardware" and s.available:
+                self._ticket_closed(n.name, s)
+                continue
+            if n.status in ("Failed", "Replacing", "Rebooting", "NeedsHardware"):
                 continue
             if s.available and not s.reason:
                 self.reboots.pop(n.name, None)
@@ -259,6 +340,8 @@ class Agent:
                 # just restarted: Slurm shows it not responding (idle*) for a second or so after
                 # `state=resume`; its own slurmd is watched meanwhile (daemon_alive)
                 flags = tuple(f for f in flags if f != "NOT_RESPONDING")
+            else:
+                self.settling.pop(n.name, None)
             views.append(
                 NodeView(
                     name=n.name,
@@ -268,37 +351,63 @@ class Agent:
                     reason=s.reason,
                     spare=n.spare,
                     reboots=self.reboots.get(n.name, 0),
-                    daemon_alive=nodeops.slurmd_alive(state, n.name),
+                    daemon_alive=ops.daemon_alive(n),
                     not_responding_s=self.clock() - self.silent_since.get(n.name, self.clock()),
                 )
             )
         return views
 
+    def _ticket_closed(self, node: str, live: Node) -> None:
+        """An operator repaired the node and resumed it: it is ours to watch again."""
+        with self._update() as state:
+            n = state.node(node)
+            n.status, n.since = "Running", self.clock()
+            n.last_action = f"ticket closed: back in service ({live.display_state})"
+        why = "back in service after its ticket (an operator resumed it)"
+        self.log({"kind": "ticket", "nodes": [node], "job": None, "phase": "closed", "reason": why})
+
     def job_views(self, state: ClusterState, jobs: list[Job]) -> list[JobView]:
+        """Running jobs that may have hung. A job that beat within its hang timeout cannot have,
+        so its files are not read again until that much time has passed since its last beat."""
         now = self.clock()
-        beats: dict[str, float] = {}
-        for s in heartbeat.read(heartbeat_dir(state), now_ns=int(now * 1e9)):
-            beats[s.job] = min(beats.get(s.job, s.silent_s), s.silent_s)
+        directory = heartbeat_dir(state)
         views = []
+        running = set()
         for job in jobs:
             if job.state != "RUNNING":
                 continue
+            jid = str(job.id)
+            running.add(jid)
             first = self.running_since.setdefault((job.id, job.restarts), now)
-            silent = beats.get(str(job.id))
+            newest = self.beat_at.get(jid)
+            due = (
+                now - self.beat_read.get(jid, -math.inf) >= UNSEEN_RECHECK_S
+                if newest is None or newest < first
+                else now - newest > self.policy.hang_timeout_s
+            )
+            if due:
+                self.beat_read[jid] = now
+                tasks = job.fields.get("NumTasks", "")
+                found = heartbeat.newest(directory, jid, int(tasks) if tasks.isdigit() else 0)
+                if found is not None:
+                    newest = self.beat_at[jid] = found
             # watched from its first beat of this attempt on: one still starting (importing torch,
             # loading its checkpoint) is not hung, and the beats of the attempt before are stale
-            if silent is None or now - silent < first:
+            if newest is None or newest < first:
                 continue
             nodes = tuple(job.nodes.split(",")) if job.nodes else ()
-            views.append(JobView(str(job.id), nodes, silent, job.restarts))
+            views.append(JobView(jid, nodes, now - newest, job.restarts))
+        for gone in set(self.beat_at) - running:
+            self.beat_at.pop(gone, None)
+            self.beat_read.pop(gone, None)
         return views
 
     # --- applying ---------------------------------------------------------------------------------
 
     def apply(self, action: Action) -> None:
         """Job actions and the quick part of a node action (fence, spare swap) run now; a node's
-        restart or re-creation runs on a thread, so the loop goes on lifting requeued jobs' holds
-        meanwhile (the job need not wait for the failed node to come back)."""
+        restart or re-creation runs on its own thread, so the loop goes on lifting requeued jobs'
+        holds meanwhile and other nodes recover at the same time."""
         base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": action.job}
         self.log({**base, "phase": "decided", "reason": action.reason})
         t0 = self.clock()
@@ -306,7 +415,12 @@ class Agent:
             if action.job is not None:
                 self._job_action(action)
             else:
-                self._fence(action)
+                self.acting.add(action.nodes[0])
+                try:
+                    self._fence(action)
+                except BaseException:
+                    self.acting.discard(action.nodes[0])
+                    raise
                 worker = threading.Thread(target=self._finish, args=(action, base, t0), daemon=True)
                 self.workers.append(worker)
                 worker.start()
@@ -317,8 +431,7 @@ class Agent:
         self.log({**base, "phase": "done", "seconds": round(self.clock() - t0, 3)})
 
     def _job_action(self, action: Action) -> None:
-        state = self._state()
-        slurm = Slurm(Path(state.slurm_conf))
+        slurm = self._ops(self._state()).slurm()
         assert action.job is not None
         if action.kind is Kind.REQUEUE:
             slurm.run("scontrol", "requeue", action.job)
@@ -331,17 +444,13 @@ class Agent:
     def _fence(self, action: Action) -> None:
         """Mark the node as being worked on, take it out of service (its jobs requeue now) and
         swap the spare in."""
-        with cluster_lock(self.home, self.name):
-            state = self._state()
-            if state.provider != "local":
-                raise ClusterError(f"the agent cannot {action.kind} nodes of a {state.provider} cluster")
+        with self._update() as state:
             node = state.node(action.nodes[0])
-            slurm = Slurm(Path(state.slurm_conf))
+            slurm = self._ops(state).slurm()
             replacing = action.kind is Kind.REPLACE
             node.status = "Replacing" if replacing else "Rebooting"
             node.since, node.last_action = self.clock(), str(action)
             state.status = "Updating"
-            state.save()
             try:
                 verb = "replacing" if replacing else "rebooting"
                 nodeops.fence(slurm, node.name, f"hyperscope agent: {verb}: {action.reason}")
@@ -350,36 +459,64 @@ class Agent:
             except (ClusterError, SlurmError, OSError) as exc:
                 node.status, node.since = "Failed", self.clock()
                 node.last_action = f"{action}; failed: {exc}"
-                state.status = "InService"
-                raise
-            finally:
+                state.status = _settled(state)
                 state.save()
+                raise
 
     def _finish(self, action: Action, base: dict[str, Any], t0: float) -> None:
-        provider = LocalProvider(self.home)
-        error = ""
-        with cluster_lock(self.home, self.name):
-            state = self._state()
-            node = state.node(action.nodes[0])
-            try:
-                if action.kind is Kind.REBOOT:
-                    self.reboots[node.name] = self.reboots.get(node.name, 0) + 1
-                    nodeops.reboot(provider, state, node, action.reason)
+        """The slow part, on this node's thread and under no lock: the provider reboots or
+        re-creates the node on a copy of the state; the result is merged in at the end."""
+        name = action.nodes[0]
+        error, outcome = "", Outcome()
+        try:
+            state = ClusterState.load(self.dir)
+            ops = self._ops(state)
+            node = state.node(name)
+            if action.kind is Kind.REBOOT:
+                self.reboots[name] = self.reboots.get(name, 0) + 1
+                outcome = ops.reboot(node, action.reason)
+            else:
+                outcome = ops.recreate(node, action.reason)
+        except (HyperscopeError, SlurmError, OSError) as exc:
+            error = str(exc)
+        ticket_note = ""
+        try:
+            with self._update() as state:
+                node = state.node(name)
+                if error:
+                    node.status, node.last_action = "Failed", f"{action}; failed: {error}"
+                elif outcome.ticket:
+                    node.status = "NeedsHardware"
+                    node.last_action = f"{action}; ticket: {outcome.ticket}"
                 else:
-                    nodeops.recreate(provider, state, node)
-                    node.replacements += 1
-                    self.reboots.pop(node.name, None)
-                node.status = "Running"
-            except (ClusterError, SlurmError, OSError) as exc:
-                error = str(exc)
-                node.status, node.last_action = "Failed", f"{action}; failed: {exc}"
-            node.since = self.clock()
-            self.settling[node.name] = self.clock() + SETTLE_S
-            if not any(n.status in ("Replacing", "Rebooting") for n in state.nodes):
-                state.status = "InService"
-            state.save()
-        outcome = {"phase": "failed", "error": error} if error else {"phase": "done"}
-        self.log({**base, **outcome, "seconds": round(self.clock() - t0, 3)})
+                    _record(state, outcome)
+                    node.status = "Running"
+                    if action.kind is Kind.REPLACE:
+                        node.replacements += 1
+                        self.reboots.pop(name, None)
+                node.since = self.clock()
+                self.settling[name] = self.clock() + SETTLE_S
+                state.status = _settled(state)
+                ticketed = node if outcome.ticket and not error else None
+            if ticketed is not None:
+                ticket_note = self._ticket(state, ticketed, outcome.ticket)
+        finally:
+            self.acting.discard(name)
+        if ticket_note:
+            record = {"kind": "ticket", "nodes": [name], "job": None, "phase": "opened"}
+            self.log({**record, "reason": outcome.ticket, "hook": ticket_note})
+        outcome_log = {"phase": "failed", "error": error} if error else {"phase": "done"}
+        if outcome.ticket and not error:
+            outcome_log = {"phase": "ticket", "reason": outcome.ticket}
+        self.log({**base, **outcome_log, "seconds": round(self.clock() - t0, 3)})
+
+    def _ticket(self, state: ClusterState, node: Any, why: str) -> str:
+        """The node stays out of service, with the ticket as Slurm's reason; the spec's hook."""
+        slurm = self._ops(state).slurm()
+        reason = f"hyperscope agent: needs hardware (ticket): {why}"[:200]
+        argv = ("scontrol", "update", f"nodename={node.name}", "state=down", f"reason={reason}")
+        slurm.run(*argv, check=False)
+        return open_ticket(self.recovery(state), state, node, why)
 
     def release_requeued(self, slurm: Slurm, jobs: list[Job]) -> None:
         """A requeued job waits ``cred_expire`` s (Reason=BeginTime) for nothing: start it now."""
@@ -437,7 +574,7 @@ class Agent:
                 return
             try:
                 self.tick()
-            except (ClusterError, OSError) as exc:
+            except (HyperscopeError, OSError) as exc:
                 self.log({"kind": "error", "phase": "failed", "error": str(exc)})
             n += 1
             time.sleep(min(interval, BUSY_INTERVAL_S) if self.busy else interval)
@@ -463,3 +600,14 @@ def _single(path: Path) -> Iterator[bool]:
 def _held_after_failed_launch(reason: str) -> bool:
     """``launch failed requeued held``, as squeue or ``scontrol show job`` spell it."""
     return reason.replace("_", " ").strip().lower() == "launch failed requeued held"
+
+
+def _settled(state: ClusterState) -> Any:
+    """Updating while a node is being worked on, InService once none is."""
+    return "Updating" if any(n.status in ("Replacing", "Rebooting") for n in state.nodes) else "InService"
+
+
+def _record(state: ClusterState, outcome: Outcome) -> None:
+    """The node's new daemons replace the ones recorded in the same role, on the same node and host."""
+    new = {(p.role, p.node, p.host) for p in outcome.procs}
+    state.procs = [p for p in state.procs if (p.role, p.node, p.host) not in new] + outcome.procs

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,28 @@ def read(directory: Path, *, now_ns: int | None = None) -> list[Silence]:
         except (OSError, ValueError):
             continue  # being replaced this instant, or not ours
     return sorted(out, key=lambda s: -s.silent_s)
+
+
+def newest(directory: Path, job: str, ranks: int = 0) -> float | None:
+    """When ``job``'s most recent beat was written (s since the epoch), None before its first: its
+    ranks' files ``<job>.0`` .. ``<job>.<ranks-1>`` (Slurm's task count), so the cost does not grow
+    with the other jobs' files; every file of the job when those are not there (a step of its own
+    task count)."""
+    best = _newest(directory / f"{job}.{r}" for r in range(ranks))
+    if best is None:
+        best = _newest(directory.glob(f"{job}.*"))
+    return None if best is None else best / 1e9
+
+
+def _newest(paths: Iterable[Path]) -> int | None:
+    best: int | None = None
+    for path in paths:
+        try:
+            ts = int(path.read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        best = ts if best is None else max(best, ts)
+    return best
 
 
 def hung_jobs(directory: Path, timeout_s: float, *, now_ns: int | None = None) -> dict[str, float]:
