@@ -80,7 +80,11 @@ class Store:
             with _profile.staging(self.home) as work:
                 importer = Importer(work, progress=progress)
                 try:
-                    importer.add_files(files, rank, default_rank=0 if len(files) == 1 else None)
+                    from hyperscope.store.xplane_importer import add_xplane_files, is_xplane
+
+                    single = 0 if len(files) == 1 else None
+                    importer.add_files([f for f in files if not is_xplane(f)], rank, default_rank=single)
+                    add_xplane_files(importer, [f for f in files if is_xplane(f)], rank, default_rank=single)
                     staged = importer.result
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
