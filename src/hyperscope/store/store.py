@@ -17,6 +17,7 @@ from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, Ra
 from hyperscope.store import profile as _profile
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
 from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, trace_files
+from hyperscope.store.xplane_importer import add_xplane_files, is_xplane, prefer_xplane, readable_xla_json
 
 ENV_HOME = "HYPERSCOPE_HOME"
 _DISK_FULL = "{home}: disk full while importing; nothing was stored. Free space and retry."
@@ -69,7 +70,7 @@ class Store:
         """Import trace files (one per rank) as one profile of ``job``; all or nothing."""
         if not job.strip():
             raise UsageError("the job name is empty")
-        files = trace_files([Path(p) for p in paths])
+        files = prefer_xplane(trace_files([Path(p) for p in paths]))
         if rank is not None and len(files) != 1:
             raise UsageError(
                 "--rank applies to a single file; several files take their ranks from the traces"
@@ -80,10 +81,9 @@ class Store:
             with _profile.staging(self.home) as work:
                 importer = Importer(work, progress=progress)
                 try:
-                    from hyperscope.store.xplane_importer import add_xplane_files, is_xplane
-
                     single = 0 if len(files) == 1 else None
-                    importer.add_files([f for f in files if not is_xplane(f)], rank, default_rank=single)
+                    json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
+                    importer.add_files(json_files, rank, default_rank=single)
                     add_xplane_files(importer, [f for f in files if is_xplane(f)], rank, default_rank=single)
                     staged = importer.result
                     out = work / "out"

@@ -12,17 +12,61 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import orjson
+
 from hyperscope.capture.torch_backend import typed_rows
 from hyperscope.capture.xplane import read_rows
-from hyperscope.errors import UsageError
+from hyperscope.errors import TraceFormatError, UsageError
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, rank_from_name
 
 XPLANE_SUFFIX: Final = ".xplane.pb"
+#: The trace JSON that TF's and JAX's profilers write beside the XPlane (and JAX's Perfetto file).
+XLA_JSON_SUFFIXES: Final = (".trace.json.gz", "perfetto_trace.json.gz")
 
 
 def is_xplane(path: Path) -> bool:
     return path.name.endswith(XPLANE_SUFFIX)
+
+
+def prefer_xplane(files: Sequence[Path]) -> list[Path]:
+    """A run's folder holds ``host.xplane.pb`` and ``host.trace.json.gz``, the same events twice:
+    the XPlane is kept (typed ops, device planes), the JSON beside it dropped."""
+    planes = {(f.parent, f.name[: -len(XPLANE_SUFFIX)]) for f in files if is_xplane(f)}
+    return [
+        f for f in files
+        if not (f.name.endswith(".trace.json.gz") and (f.parent, f.name[: -len(".trace.json.gz")]) in planes)
+    ]  # fmt: skip
+
+
+def readable_xla_json(path: Path, work: Path) -> Path:
+    """TF's and JAX's trace JSON as the Chrome-trace reader takes it: their writer ends the event
+    list with an empty object ``{}``, which is no event. Other files are returned unchanged.
+
+    The copy keeps the file's name (in its own folder), so errors still name the file.
+    """
+    if not path.name.endswith(XLA_JSON_SUFFIXES):
+        return path
+    import gzip
+
+    try:
+        with gzip.open(path, "rb") as fh:
+            data = orjson.loads(fh.read())
+    except (OSError, EOFError, orjson.JSONDecodeError) as exc:
+        raise TraceFormatError(path, f"not readable gzip-compressed trace JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceFormatError(path, "field 'traceEvents': is missing (expected a list of events)")
+    events = data["traceEvents"]
+    kept = [e for e in events if e != {}]
+    if len(kept) == len(events):
+        return path
+    data["traceEvents"] = kept
+    folder = work / f"xla-json-{len(list(work.glob('xla-json-*')))}"
+    folder.mkdir()
+    out = folder / path.name
+    with gzip.open(out, "wb", compresslevel=1) as fh:
+        fh.write(orjson.dumps(data))
+    return out
 
 
 def add_xplane_files(
