@@ -26,6 +26,7 @@ TRACE_SETS: dict[str, list[str]] = {
     "h100": ["TraceLens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"],
     "dlrm": ["param/dlrm_kineto"],
     "df_index_resolver": ["HolisticTraceAnalysis/df_index_resolver/df_index_resolver.json.gz"],
+    "resnet50_legacy": ["kineto/resnet50_autograd_legacy"],
 }
 
 

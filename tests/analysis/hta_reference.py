@@ -10,23 +10,45 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Section:
-    name: str  # the hta_out file name without .txt: dlrm_default, ns_resolution_nsround_off, ...
+    name: str  # the hta_out file name without .txt (dlrm_default, ...), else from the DEV heading
     temporal: list[dict[str, float]] | None = None  # None: HTA failed
     kernel_types: dict[str, float] = field(default_factory=dict)
     kernels: list[tuple[int, str, str, float]] = field(default_factory=list)  # rank, type, name prefix, sum
     overlap: dict[int, float] = field(default_factory=dict)  # NaN where HTA printed NaN
 
 
+#: Sections whose heading has no ``(file hta_out/...)`` line: the trace path → the section's name.
+UNNAMED: dict[str, str] = {"kineto/resnet50_autograd_legacy": "resnet50_legacy_default"}
+
+
+def _heading_name(trace: str) -> str:
+    """The name of a section that gives no file: fixed for the known ones, else from the path."""
+    return UNNAMED.get(trace, re.sub(r"\W", "_", trace.rsplit("/", 1)[-1]) + "_default")
+
+
 def parse(text: str) -> dict[str, Section]:
+    """Every ``=== DEV <trace> ...`` heading starts a section, named by the ``=== (file
+    hta_out/<name>.txt)`` line that follows it, or (when none does) by :func:`_heading_name`."""
     sections: dict[str, Section] = {}
     current: Section | None = None
+    fresh = False  # the current section was opened by a DEV heading and may still be renamed
     mode = ""
     for line in text.splitlines():
         m = re.match(r"=== \(file hta_out/(\w+)\.txt\)", line)
         if m:
+            if fresh and current is not None:
+                del sections[current.name]
             current = sections.setdefault(m.group(1), Section(m.group(1)))
-            mode = ""
+            mode, fresh = "", False
             continue
+        m = re.match(r"=== DEV (\S+)", line)
+        if m:
+            name = _heading_name(m.group(1))
+            assert name not in sections, f"two HTA_REFERENCE sections are named {name}"
+            current = sections[name] = Section(name)
+            mode, fresh = "", True
+            continue
+        fresh = False
         if current is None:
             continue
         if line.startswith("## get_temporal_breakdown"):

@@ -107,16 +107,26 @@ def test_kernels_and_launch_counts(ground_truth: Make) -> None:
     total = table.rows[-1]
     assert total.launches == sum(want.kernel_launches.values())
     assert total.total_ns == sum(want.kernel_total_ns.values())
+    # the shortest and longest launch of any kernel, not 0 / 0
+    con = ground_truth(SPEC).connect()
+    lo, hi = con.execute("SELECT min(dur_ns), max(dur_ns) FROM events WHERE kind = 'kernel'").fetchone()  # type: ignore[misc]
+    assert (total.min_ns, total.max_ns) == (lo, hi) and 0 < lo <= hi
 
 
 def test_precision_of_generated_kernels(ground_truth: Make) -> None:
     want = gt.expected(SPEC)
     rows = {r.precision: r for r in kernel_precision(ground_truth(SPEC)).rows}
     expect: dict[str, int] = {}
-    for name, precision in (*gt.KERNELS, (gt.COMM_NAME, "FP32")):
+    # the fp32 AllReduce is communication, not FP32 work: its own slice, said in a note
+    for name, precision in (*gt.KERNELS, (gt.COMM_NAME, "communication")):
         expect[precision] = expect.get(precision, 0) + want.kernel_total_ns[name]
+    table = kernel_precision(ground_truth(SPEC))
     assert {p: r.total_ns for p, r in rows.items()} == expect
     assert rows["other"].kernels == 1  # my_custom_fused_kernel: no rule, not guessed
+    assert rows["communication"].kernels == 1
+    assert any("communication kernel name (NCCL/RCCL) is no compute precision" in n for n in table.notes)
+    total = sum(want.kernel_total_ns.values())
+    assert rows["FP32"].pct_of_kernel_time == pytest.approx(100 * expect["FP32"] / total, abs=1e-3)
 
 
 def test_activity_and_memory_operations(ground_truth: Make) -> None:

@@ -23,6 +23,7 @@ CASES = {
     "alexnet_default": ("alexnet", hta.HtaOptions(ns_rounding=True)),
     "qwen_h100_default": ("h100", hta.HtaOptions(ns_rounding=True)),
     "qwen_h100_nsround_off": ("h100", hta.HtaOptions(ns_rounding=False)),
+    "resnet50_legacy_default": ("resnet50_legacy", hta.HtaOptions(ns_rounding=True)),
 }
 
 

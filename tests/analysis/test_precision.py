@@ -11,7 +11,9 @@ from hyperscope.analysis.kernels import PRECISION_RULES, PRECISIONS, precision_c
 CASES = [
     ("sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128", "FP8"),
     ("void cutlass::Kernel<cutlass_90_tensorop_fp8_s64x128gemm_e5m2_f32>", "FP8"),
-    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "INT8"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "communication"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "communication"),
+    ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<signed char>>", "INT8"),
     ("volta_int8_i8816gemm_int8_256x128_ldg16_nn", "INT8"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "BF16"),
     (

@@ -128,3 +128,24 @@ def test_latency_histogram_is_brute_force(name: str, real_profile: Callable[[str
     assert sum(b.count for b in got.rows) == len(pairs) > 100
     assert got.rows == want
     assert dashboard(profile)["latency_histogram"] == got
+
+
+def test_legacy_categories_meet_hta(real_profile: Callable[[str], Profile], hta_reference_text: str) -> None:
+    # PyTorch 1.8-era categories (Kernel, Runtime, Operator, Memcpy, Memset): device work with
+    # device rows, and our default definitions meet HTA's (no sync rows, no steps on this trace)
+    from hyperscope.timeline.index import load
+    from tests.analysis.hta_reference import parse
+
+    profile = real_profile("resnet50_legacy")
+    ref = parse(hta_reference_text)["resnet50_legacy_default"].temporal
+    assert ref is not None and len(ref) == 1
+    ours = gpu_time(profile).rows[0]
+    assert ours.span_ns == ref[0]["kernel"] * 1000
+    assert ours.idle_ns == ref[0]["idle"] * 1000
+    assert ours.compute_ns == ref[0]["compute"] * 1000
+    assert ours.non_compute_ns == ref[0]["non_compute"] * 1000
+    kinds = dict(profile.connect().sql("SELECT kind, count(*) FROM events GROUP BY kind").fetchall())
+    assert kinds["kernel"] > 0 and kinds["memcpy"] > 0 and kinds["memset"] > 0 and kinds["runtime"] > 0
+    assert kinds["cpu_op"] > 0 and "other" not in kinds
+    device_rows = [r for r in load(profile).rows if r.side == "device"]
+    assert device_rows and {r.a for r in device_rows} == {0}

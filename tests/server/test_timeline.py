@@ -20,11 +20,11 @@ BASE = "/api/profiles/{}/timeline"
 
 
 def get_rows(client: TestClient, profile_id: str, **kwargs: Any) -> Any:
-    """GET /rows as the UI does: while the index is being built (503, ``building``), ask again."""
+    """GET /rows as the UI does: while the index is being built (202, ``building``), ask again."""
     deadline = time.monotonic() + 120
     while True:
         r = client.get(BASE.format(profile_id) + "/rows", **kwargs)
-        if r.status_code != 503 or time.monotonic() > deadline:
+        if r.status_code != 202 or time.monotonic() > deadline:
             return r
         assert r.json()["building"] is True and r.headers["retry-after"] == "1"
         time.sleep(0.05)
@@ -215,7 +215,7 @@ def test_tile_marks_of_an_imported_trace(tmp_path: Path) -> None:
         assert ev["fields"]["ph"] == "i" and isinstance(ev["fields"]["ts_ns"], str)
 
 
-def test_rows_answer_503_with_progress_while_the_index_is_built(tmp_path: Path) -> None:
+def test_rows_answer_202_with_progress_while_the_index_is_built(tmp_path: Path) -> None:
     """A profile that was not imported through the CLI (no index beside it): the first /rows
     starts the build in the background and says how far it is; the index is then kept."""
     from hyperscope.analysis.groundtruth import GroundTruthSpec
@@ -229,12 +229,12 @@ def test_rows_answer_503_with_progress_while_the_index_is_built(tmp_path: Path) 
     assert not tl.index.ready(profile)
     with local(create_app(home, static_dir=tmp_path / "none")) as c:
         first = c.get(BASE.format(pid) + "/rows")
-        assert first.status_code == 503, first.text
+        assert first.status_code == 202, first.text
         body = first.json()
         assert body["building"] is True and 0 <= body["progress"] <= 1
         assert "hyperscope import" in body["detail"] and first.headers["retry-after"] == "1"
         seen = []
-        while (r := c.get(BASE.format(pid) + "/rows")).status_code == 503:
+        while (r := c.get(BASE.format(pid) + "/rows")).status_code == 202:
             seen.append(r.json()["progress"])
             time.sleep(0.02)
         assert r.status_code == 200 and r.json()["root"]["children"]

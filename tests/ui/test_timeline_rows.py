@@ -304,7 +304,10 @@ def test_memory_track(page: Any, deep: Served) -> None:
 
 def test_index_built_on_first_look_shows_progress(page: Any, tmp_path: Path) -> None:
     """A profile written through the Python API has no index yet: the page says it is being built
-    (the server answers 503 with its progress), then draws the rows."""
+    (the server answers 202 with its progress: no failed request, so nothing in the console),
+    then draws the rows."""
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
     trace = tmp_path / "rank0.pt.trace.json"
     _trace(trace)
     with Store(tmp_path / "home") as store:
@@ -318,6 +321,9 @@ def test_index_built_on_first_look_shows_progress(page: Any, tmp_path: Path) -> 
         wait_tile(page, 0)
         assert child_ids(page, "job") == ["node/node-a"]
         assert "building" not in page.inner_text("#timeline")
+        seen = page.evaluate(f"{TL}.state.buildingLog")
+        assert seen and seen == sorted(seen) and all(0 <= x <= 1 for x in seen)
+    assert not console, console
 
 
 def test_zoom_burst_ends_on_the_layer_of_its_last_view(page: Any, deep: Served) -> None:

@@ -5,6 +5,11 @@ Precision is read from kernel names (and nothing else is guessed): the rules are
 The order matters because names mention several types: ``..._tf32f32_tf32f32_f32`` is a TF32 GEMM
 with FP32 accumulation, ``bf16bf16_bf16f32`` a BF16 GEMM with FP32 accumulation, so the narrower
 input type is tried first.
+
+Communication kernels (NCCL/RCCL, the names ``_common.COMM_KERNEL_SQL`` calls communication) are
+not a compute precision: ``ncclKernel_SendRecv_..._int8_t`` moves bytes, it does no INT8 math, and
+an fp32 AllReduce is no FP32 work. They are their own slice, "communication", tried before every
+rule, so a precision's share is the share of kernel time its compute kernels take.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from hyperscope.analysis._common import (
 from hyperscope.analysis._prepared import Prepared, prepared
 from hyperscope.errors import UsageError
 
-PRECISIONS: Final = ("FP8", "INT8", "BF16", "FP16", "TF32", "FP32", "INT32", "FP64", "other")
+PRECISIONS: Final = ("FP8", "INT8", "BF16", "FP16", "TF32", "FP32", "INT32", "FP64", "other", "communication")
+#: the slice of communication kernels (not a precision), and the name pattern that makes one
+COMMUNICATION: Final = "communication"
+COMM_PATTERN: Final = "^(nccl|rccl)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +64,10 @@ PRECISION_RULES: Final[tuple[PrecisionRule, ...]] = (
 
 
 def precision_case_sql(column: str = "name") -> str:
-    """A SQL CASE classifying ``column`` by ``PRECISION_RULES`` (first match wins, else 'other')."""
-    whens = " ".join(
+    """A SQL CASE classifying ``column`` by ``PRECISION_RULES`` (first match wins, else 'other');
+    communication kernels first, as 'communication'."""
+    comm = f"WHEN regexp_matches({column}, '{COMM_PATTERN}', 'i') THEN '{COMMUNICATION}' "
+    whens = comm + " ".join(
         f"WHEN regexp_matches({column}, '{r.pattern.replace(chr(39), chr(39) * 2)}', 'i') THEN "
         f"'{r.precision}'"
         for r in PRECISION_RULES
@@ -102,7 +112,7 @@ def kernel_summary(source: Source | Prepared, scope: Scope = ALL, top_k: int = 1
                 tot AS (SELECT sum(dur_ns) AS t FROM k)
                 SELECT name, any_value(ktype), count(*), sum(dur_ns), avg(dur_ns), min(dur_ns), max(dur_ns),
                        sum(dur_ns) / (SELECT t FROM tot), count(*) OVER (), sum(sum(dur_ns)) OVER (),
-                       sum(count(*)) OVER ()
+                       sum(count(*)) OVER (), min(min(dur_ns)) OVER (), max(max(dur_ns)) OVER ()
                 FROM k GROUP BY name ORDER BY sum(dur_ns) DESC, name LIMIT {int(top_k)}""",
         )
         notes = list(ctx.notes)
@@ -112,8 +122,13 @@ def kernel_summary(source: Source | Prepared, scope: Scope = ALL, top_k: int = 1
     ]
     if found:
         distinct, total, launches = int(found[0][8]), int(found[0][9]), int(found[0][10])
+        shortest, longest = int(found[0][11]), int(found[0][12])  # over every kernel, not the top k
         top_time = sum(r.total_ns for r in out)
-        out.append(KernelRow(f"(all {distinct} kernels)", "", launches, total, total / launches, 0, 0, 100.0))
+        out.append(
+            KernelRow(
+                f"(all {distinct} kernels)", "", launches, total, total / launches, shortest, longest, 100.0
+            )
+        )
         notes.append(
             f"the top {len(out) - 1} of {distinct} kernels take {100 * top_time / total:.1f}% of kernel time "
             f"and {100 * sum(r.launches for r in out[:-1]) / launches:.1f}% of launches"
@@ -144,4 +159,10 @@ def kernel_precision(source: Source | Prepared, scope: Scope = ALL) -> Table[Pre
     )
     if "other" in by:
         notes.append(f"{by['other'][1]} kernel names match no precision rule and are counted as 'other'")
+    if COMMUNICATION in by:
+        n = int(by[COMMUNICATION][1])
+        notes.append(
+            f"{n} communication kernel name{'s' if n != 1 else ''} (NCCL/RCCL) {'are' if n != 1 else 'is'} "
+            "no compute precision: counted as 'communication', not by the data type in the name"
+        )
     return Table("GPU kernel time by precision (from kernel names)", PrecisionRow, out, tuple(notes))

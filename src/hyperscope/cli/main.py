@@ -153,6 +153,8 @@ def import_(
             f"{read:,} events read, {report.profile.events:,} stored, {read - report.profile.events:,} "
             f"skipped; {_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} on disk"
         )
+        for warning in report.warnings:
+            err.print(Text("warning: ", style="bold yellow") + Text(warning))
         _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
     precompute_for_ui(store.home, report.job.name, report.profile.id)
 

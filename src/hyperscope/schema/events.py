@@ -42,26 +42,70 @@ class EventKind(enum.StrEnum):
 
 
 #: Kineto/Chrome-trace category → kind. Phase and name rules in ``kind_sql`` take precedence.
+#: Categories as Kineto has written them over the years, and for every device it knows:
+#:
+#: - today's names (``libkineto::toString(ActivityType)``): ``cpu_op``, ``kernel``, ``gpu_memcpy``,
+#:   ``cuda_runtime``, ...; the accelerator-agnostic ``runtime``/``driver`` of the newest Kineto;
+#: - PyTorch 1.8-1.10 (the TensorBoard plugin's samples): ``Operator``, ``Runtime``, ``Kernel``,
+#:   ``Memcpy``, ``Memset``, ``Memory``, ``Python``, and ``gpu_user_Annotation`` as briefly spelt;
+#: - accelerators other than CUDA/ROCm: MTIA (``mtia_ccp_events`` is its device-side work,
+#:   ``mtia_runtime`` the host side), XPU (``xpu_runtime``, ``xpu_driver``, ``xpu_sync``),
+#:   PrivateUse1 backends (``privateuse1_runtime``/``_driver``; their device ops are ``kernel``,
+#:   ``gpu_memcpy``, ``gpu_memset`` as for CUDA), Gaudi (``hpu_op``, host side), Glow.
 CATEGORY_KINDS: Final[dict[str, EventKind]] = {
     "cpu_op": EventKind.CPU_OP,
     "operator": EventKind.CPU_OP,
+    "Operator": EventKind.CPU_OP,
     "python_function": EventKind.PYTHON,
+    "Python": EventKind.PYTHON,
     "user_annotation": EventKind.ANNOTATION,
     "gpu_user_annotation": EventKind.GPU_ANNOTATION,
+    "gpu_user_Annotation": EventKind.GPU_ANNOTATION,
     "cuda_runtime": EventKind.RUNTIME,
     "hip_runtime": EventKind.RUNTIME,
     "xpu_runtime": EventKind.RUNTIME,
+    "mtia_runtime": EventKind.RUNTIME,
+    "privateuse1_runtime": EventKind.RUNTIME,
+    "glow_runtime": EventKind.RUNTIME,
+    "hpu_op": EventKind.RUNTIME,
+    "runtime": EventKind.RUNTIME,
+    "Runtime": EventKind.RUNTIME,
     "cuda_driver": EventKind.DRIVER,
     "hip_driver": EventKind.DRIVER,
+    "xpu_driver": EventKind.DRIVER,
+    "privateuse1_driver": EventKind.DRIVER,
+    "driver": EventKind.DRIVER,
     "kernel": EventKind.KERNEL,
+    "Kernel": EventKind.KERNEL,
+    "mtia_ccp_events": EventKind.KERNEL,
     "gpu_memcpy": EventKind.MEMCPY,
+    "Memcpy": EventKind.MEMCPY,
     "gpu_memset": EventKind.MEMSET,
+    "Memset": EventKind.MEMSET,
     "cuda_sync": EventKind.SYNC,
+    "xpu_sync": EventKind.SYNC,
+    "Memory": EventKind.MEMORY,
     "cpu_instant_event": EventKind.INSTANT,
     "ac2g": EventKind.FLOW,
     "fwdbwd": EventKind.FLOW,
     "Trace": EventKind.TRACE,
 }
+
+
+def categories_of(*kinds: EventKind) -> tuple[str, ...]:
+    """The source categories read as one of ``kinds`` (for rules that test the category)."""
+    return tuple(cat for cat, kind in CATEGORY_KINDS.items() if kind in kinds)
+
+
+#: Kinds of device-side work: drawn on a device row, counted by the GPU report.
+DEVICE_WORK_KINDS: Final = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+
+#: What an unknown category that names device-side work looks like (RE2 and Python ``re`` alike,
+#: matched case-insensitively): import warns when events of such a category are left ``other``.
+DEVICE_CATEGORY_PATTERN: Final = (
+    r"kernel|gpu|device|memcpy|memset|stream|ccp|mtia|xpu|npu|hpu|tpu|dma|cuda|hip|rocm|accel"
+    r"|privateuse1"
+)
 
 #: Phases of the Chrome trace event format. Anything else is rejected on import.
 PHASES: Final = frozenset("BEXiICbneSTpFstfPOND MVvRc()".replace(" ", ""))

@@ -4,7 +4,8 @@ Every answer comes from :mod:`hyperscope.timeline`; this module checks parameter
 under the server's query limits and maps errors to status codes like the rest of the API. The
 timeline index is built at import and at the end of a capture; where it is not on disk (a profile
 written through the Python API, a read-only store) the first ``/rows`` starts building it in the
-background and answers 503 with its progress until it is done (seconds at ten million events).
+background and answers 202 with its progress until it is done (not 503: a browser logs every
+failed fetch as a console error, and a build in progress is no failure) (seconds at ten million events).
 Timestamps in JSON are decimal strings: epoch nanoseconds are beyond the integers a browser's
 numbers hold exactly.
 """
@@ -152,7 +153,7 @@ def router(
     def get_rows(profile_id: str) -> Response:
         """The row tree (job → node → CPU / GPUs → utilization, host threads, streams) and steps.
 
-        503 with ``{"building": true, "progress": 0..1}`` (and ``Retry-After``) while the profile's
+        202 with ``{"building": true, "progress": 0..1}`` (and ``Retry-After``) while the profile's
         timeline index is being built: seconds to minutes for a profile that was not imported
         (written only through the Python API), which no request should wait out in silence."""
         hit, profile = open_profile(profile_id)
@@ -165,7 +166,7 @@ def router(
                     "detail": "the timeline index of this profile is being built (once per profile; "
                     "hyperscope import and hyperscope profile build it ahead)",
                 },
-                status_code=503,
+                status_code=202,
                 headers={"Retry-After": "1"},
             )
 

@@ -18,6 +18,7 @@ from hyperscope.schema.events import (
     PHASES,
     PHASES_WITHOUT_TS,
     EventKind,
+    categories_of,
 )
 
 #: Top-level event fields the fast path reads. Others send the chunk through the exact path, which
@@ -116,12 +117,13 @@ def kind_case() -> str:
     cats = " ".join(
         f"WHEN cat_s = {quote(cat)} THEN {quote(kind.value)}" for cat, kind in CATEGORY_KINDS.items()
     )
+    gpu_annotations = ", ".join(quote(c) for c in categories_of(EventKind.GPU_ANNOTATION))
     return f"""CASE
         WHEN ph_s = 'M' THEN {quote(EventKind.METADATA)}
         WHEN ph_s IN ('s', 't', 'f') THEN {quote(EventKind.FLOW)}
         WHEN ph_s = 'C' THEN {quote(EventKind.COUNTER)}
         WHEN name_s = '[memory]' THEN {quote(EventKind.MEMORY)}
-        WHEN name_s LIKE 'ProfilerStep#%' AND coalesce(cat_s, '') <> 'gpu_user_annotation'
+        WHEN name_s LIKE 'ProfilerStep#%' AND coalesce(cat_s, '') NOT IN ({gpu_annotations})
              THEN {quote(EventKind.STEP)}
         {cats}
         WHEN ph_s IN ('i', 'I') THEN {quote(EventKind.INSTANT)}
@@ -131,6 +133,7 @@ def kind_case() -> str:
 def rows(rank: int, node: str) -> str:
     """Final rows of one chunk of ``raw``, in the column order of the event schema."""
     memcpy = "|".join(MEMCPY_KINDS)
+    memcpy_cats = ", ".join(quote(c) for c in categories_of(EventKind.MEMCPY))
     paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
     typed = _typed_args()
     cols = [
@@ -145,7 +148,7 @@ def rows(rank: int, node: str) -> str:
         "CAST(ts * 1000 AS BIGINT) AS ts_ns",
         "CAST(dur * 1000 AS BIGINT) AS dur_ns",
         "id_i AS flow_id",
-        f"CASE WHEN cat_s = 'gpu_memcpy' THEN nullif(regexp_extract(name_s, '({memcpy})', 1), '') END"
+        f"CASE WHEN cat_s IN ({memcpy_cats}) THEN nullif(regexp_extract(name_s, '({memcpy})', 1), '') END"
         " AS memcpy_kind",
     ]
     cols += [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]

@@ -7,14 +7,16 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 from hyperscope.errors import HyperscopeError, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, RankMeta, profile_dir
+from hyperscope.store import _sql
 from hyperscope.store import profile as _profile
+from hyperscope.store._categories import device_like_others
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
 from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, trace_files
 from hyperscope.store.xplane_importer import add_xplane_files, is_xplane, prefer_xplane, readable_xla_json
@@ -35,6 +37,8 @@ class ImportReport:
     files: list[FileResult]
     ranks: list[RankMeta]
     source_bytes: int
+    #: what was imported but may not be what the user expects (one line each, naming the file)
+    warnings: list[str] = field(default_factory=list)
 
 
 class Store:
@@ -89,11 +93,12 @@ class Store:
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
                     events = _profile.write_events(importer.con, STAGED_TABLE, out, offsets)
+                    written = f"read_parquet({_sql.quote(str(out / 'events' / '*.parquet'))})"
                     bounds = importer.con.execute(
-                        "SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM read_parquet(?) "
-                        "WHERE ph <> 'M'",
-                        [str(out / "events" / "*.parquet")],
+                        f"SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {written} "
+                        "WHERE ph <> 'M'"
                     ).fetchall()[0]
+                    warnings = device_like_others(importer.con, written, staged.ranks)
                 finally:
                     importer.close()
                 meta = ProfileMeta(
@@ -131,7 +136,7 @@ class Store:
         except HyperscopeError:
             shutil.rmtree(target, ignore_errors=True)
             raise
-        return ImportReport(job_row, job_row.profiles[-1], staged.files, meta.ranks, source_bytes)
+        return ImportReport(job_row, job_row.profiles[-1], staged.files, meta.ranks, source_bytes, warnings)
 
     # -- read -----------------------------------------------------------------------------------
 

@@ -139,14 +139,25 @@ def build(
             FROM {source} JOIN fid USING (filename)
             WHERE ph IN ('i', 'I') AND kind NOT IN ({not_marks}) AND ts_ns IS NOT NULL"""
         )
+        # progress: the scans below are the first PREP of the build, the rows (sorted and filled
+        # rank by rank, each rank's share by its events) the rest
+        prep = 0.15
+
+        def report(share: float) -> None:
+            if progress is not None:
+                progress(min(1.0, max(0.0, share)))
+
+        report(0.01)
         found = con.execute(
             "SELECT side, rank, any_value(node), a, b, count(*), min(ts_ns), max(ts_ns + dur), "
             "min(corr), max(corr) FROM ev GROUP BY side, rank, a, b"
         ).fetchall()
+        report(prep * 0.5)
         marks = con.execute(
             "SELECT side, rank, any_value(node), a, b, count(*), min(ts_ns), max(ts_ns) "
             "FROM inst GROUP BY side, rank, a, b"
         ).fetchall()
+        report(prep * 0.7)
         con.execute(
             "CREATE TEMP TABLE nm AS SELECT name, (row_number() OVER (ORDER BY name) - 1)::INT AS nid "
             "FROM (SELECT DISTINCT name FROM ev UNION SELECT DISTINCT name FROM inst)"
@@ -160,7 +171,7 @@ def build(
             key = (int(rank), str(side), int(a), int(b))
             r = rows.setdefault(key, {"node": str(node), "n": 0, "lo": int(lo), "hi": int(hi)})
             r["m"], r["lo"], r["hi"] = int(n), min(r["lo"], int(lo)), max(r["hi"], int(hi))
-        total = sum(r["n"] for r in rows.values())
+        total = int(sum(r["n"] for r in rows.values()))
         corr_lo = min((int(f[8]) for f in found), default=-1)
         corr_hi = max((int(f[9]) for f in found), default=-1)
         widest = max((r["n"] for r in rows.values()), default=0)
@@ -189,6 +200,7 @@ def build(
             "m_src": np.asarray(m["src"]).astype(src_type),
         }
         del m
+        report(prep)
         infos: list[RowInfo] = []
         start, m_start, busy = 0, 0, 0
         for rank in sorted({k[0] for k in rows}):
@@ -199,6 +211,14 @@ def build(
                 "ORDER BY ev.side, ev.a, ev.b, ev.ts_ns, ev.dur DESC, ev.src",
                 {"rank": rank},
             ).fetchnumpy()
+            rank_start, rank_n = start, int(sum(rows[k]["n"] for k in keys))
+
+            def at(filled: int, rank_start: int = rank_start, rank_n: int = rank_n) -> float:
+                """the share done once `filled` of the rank's events are filled: its sort (the
+                query above) about half of its time, filling its rows the rest"""
+                return prep + (1 - prep) * (rank_start + rank_n / 2 + filled / 2) / max(1, total)
+
+            report(at(0))
             offset = 0
             for key in keys:
                 _, side, a, b = key
@@ -216,9 +236,9 @@ def build(
                 start += n
                 offset += n
                 m_start += r["m"]
+                report(at(offset))
             del got
-            if progress is not None:
-                progress(start / total if total else 1.0)
+            report(at(rank_n))
         cols.arrays["cum"][total] = busy
         cols.flush()
         arrays = {**cols.arrays, **m_arrays}

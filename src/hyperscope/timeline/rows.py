@@ -123,7 +123,9 @@ def tree(index: Index, con: duckdb.DuckDBPyConnection, job: str) -> Row:
         parent.children.append(
             Row(
                 info.id,
-                f"host · thread {info.b}",
+                # instants of scope "g"/"p" (Kineto's "Iteration Start", "Record Window End")
+                # belong to no thread: the row of thread -1 holds them
+                "host · global instants (no thread)" if info.b == -1 else f"host · thread {info.b}",
                 "events",
                 events=info.stop - info.start,
                 depths=info.depths,

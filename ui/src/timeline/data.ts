@@ -114,7 +114,7 @@ async function json<T>(url: string, signal?: AbortSignal): Promise<T> {
   return (await r.json()) as T;
 }
 
-/** The server's answer while it builds a profile's timeline index (503, then asked again). */
+/** The server's answer while it builds a profile's timeline index (202, then asked again). */
 export interface TlBuilding {
   building: true;
   progress: number; // 0 to 1
@@ -123,7 +123,7 @@ export interface TlBuilding {
 
 export async function getRows(p: string): Promise<TlRows | TlBuilding> {
   const r = await fetch(`${base(p)}/rows`);
-  if (r.status === 503) {
+  if (r.status === 202) {
     const body = (await r.clone().json().catch(() => null)) as TlBuilding | null;
     if (body?.building) return body;
   }

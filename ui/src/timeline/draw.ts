@@ -24,12 +24,27 @@ export function fmtTick(t: number, step: number): string {
   return `${(t / unit).toFixed(decimals)} ${name}`;
 }
 
-/** Tick spacing: 1, 2 or 5 times a power of ten, at least `minPx` apart. */
+/** Tick spacing: 1, 2 or 5 times a power of ten, at least `minPx` apart. A scale that is not a
+ * positive finite number (a hidden canvas is 0 px wide: a negative ns per px) gets no ticks
+ * (Infinity), never a tiny step that a ruler loop would count through for minutes. */
 export function tickStep(nsPerPx: number, minPx = 90): number {
   const raw = nsPerPx * minPx;
+  if (!Number.isFinite(raw) || raw <= 0) return Infinity;
   const p = 10 ** Math.floor(Math.log10(Math.max(raw, 1e-3)));
   for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
   return 10 * p;
+}
+
+/** The ticks of a ruler `widthPx` wide over [t0, t1]: at most one per `minPx` px (and none for a
+ * width or span that is not positive), so drawing them is bounded by the canvas, not the span. */
+export function rulerTicks(t0: number, t1: number, widthPx: number, minPx = 90): { step: number; ticks: number[] } {
+  if (!(widthPx > 0) || !(t1 > t0) || !Number.isFinite(t0) || !Number.isFinite(t1)) return { step: Infinity, ticks: [] };
+  const step = tickStep((t1 - t0) / widthPx, minPx);
+  const ticks: number[] = [];
+  if (!Number.isFinite(step)) return { step, ticks };
+  const most = Math.ceil(widthPx / minPx) + 2;
+  for (let t = Math.ceil(t0 / step) * step; t <= t1 && ticks.length < most; t += step) ticks.push(t);
+  return { step, ticks };
 }
 
 export interface DrawState {
@@ -84,8 +99,9 @@ export function xOf(s: { t0: number; t1: number; width: number }, t: number): nu
   return GUTTER + ((t - s.t0) / (s.t1 - s.t0)) * (s.width - GUTTER);
 }
 
-/** One frame; `paintTile` draws the tile's events clipped to the events area. */
-export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | null, arrows: Arrow[]): void {
+/** One frame; `paintTile` draws the tile's events clipped to the events area. Returns the ruler's
+ * ticks (ns from the origin). */
+export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | null, arrows: Arrow[]): number[] {
   const { ctx } = s;
   ctx.clearRect(0, 0, s.width, s.height);
   ctx.font = "11px system-ui, sans-serif";
@@ -154,10 +170,10 @@ export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | 
   ctx.setLineDash([]);
   ctx.fill(heads);
   ctx.restore();
-  drawRuler(s);
+  return drawRuler(s);
 }
 
-function drawRuler(s: DrawState): void {
+function drawRuler(s: DrawState): number[] {
   const { ctx } = s;
   ctx.fillStyle = "#f7f8fa";
   ctx.fillRect(0, 0, s.width, RULER);
@@ -166,12 +182,10 @@ function drawRuler(s: DrawState): void {
   ctx.moveTo(0, RULER - 0.5);
   ctx.lineTo(s.width, RULER - 0.5);
   ctx.stroke();
-  const nsPerPx = (s.t1 - s.t0) / (s.width - GUTTER);
-  const step = tickStep(nsPerPx);
   ctx.fillStyle = "#374151";
   ctx.fillText(`span ${fmtDuration(s.t1 - s.t0)}`, 6, 16);
-  const first = Math.ceil(s.t0 / step) * step;
-  for (let t = first; t <= s.t1; t += step) {
+  const { step, ticks } = rulerTicks(s.t0, s.t1, s.width - GUTTER);
+  for (const t of ticks) {
     const x = xOf(s, t);
     ctx.beginPath();
     ctx.moveTo(x + 0.5, RULER - 8);
@@ -179,4 +193,5 @@ function drawRuler(s: DrawState): void {
     ctx.stroke();
     ctx.fillText(fmtTick(t, step), x + 3, 14);
   }
+  return ticks;
 }

@@ -1,6 +1,6 @@
 // Mouse and keyboard on the timeline canvas: wheel zooms around the pointer (horizontal wheel pans,
 // shift+wheel scrolls the rows), drag pans time and rows, a click without a drag selects or
-// toggles, W/S zoom, A/D pan, F fits the selection.
+// toggles, W/S zoom, A/D pan, F fits the selection (or, with none, the profile), Esc clears it.
 import { GUTTER } from "./geometry";
 
 export interface InputControl {
@@ -10,6 +10,8 @@ export interface InputControl {
   zoom(factor: number, atX?: number): void;
   pan(fraction: number): void;
   fit(): void;
+  /** Esc: no selection */
+  clear(): void;
   click(x: number, y: number): void;
   /** the pointer over the canvas, no button down */
   hover(x: number, y: number): void;
@@ -58,6 +60,7 @@ export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void
     else if (k === "a") ctl.pan(-0.2);
     else if (k === "d") ctl.pan(0.2);
     else if (k === "f") ctl.fit();
+    else if (k === "escape") ctl.clear();
     else return;
     e.preventDefault();
   });

@@ -20,8 +20,9 @@ export interface TimelineState {
   loading: boolean;
   /** while the server builds the profile's timeline index: how far (0 to 1), else null */
   building: number | null;
-  /** answers "building" seen since the page opened (tests) */
+  /** answers "building" seen since the page opened, and their progress (tests) */
   buildingSeen: number;
+  buildingLog: number[];
   selected: TlDetails | null;
   /** the selection came from an instant mark: how many instants it stands for (else 0) */
   selectedInstants: number;
@@ -57,6 +58,7 @@ export const state: TimelineState = {
   loading: false,
   building: null,
   buildingSeen: 0,
+  buildingLog: [],
   selected: null,
   selectedInstants: 0,
   search: "",

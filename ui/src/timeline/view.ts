@@ -4,6 +4,7 @@
 import { h } from "../dom";
 import { showError } from "../errors";
 import { hooks } from "../hooks";
+import { onLoadedChange } from "../loaded";
 import * as api from "./data";
 import type { TlEventRef, TlRow } from "./data";
 import { drawFrame, type DrawState, fmtDuration, type Rect, scaleLabels, xOf } from "./draw";
@@ -22,9 +23,21 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   const searchBox = h("input", { id: "tl-search", type: "search", placeholder: "search names (Enter: next)" });
   const searchInfo = h("span", { id: "tl-search-info", class: "muted" });
   const status = h("span", { id: "tl-status", class: "muted" });
+  /** the status line, cut to the toolbar's one line: the whole text on hover */
+  const setStatus = (text: string): void => {
+    status.textContent = text;
+    status.title = text;
+  };
   const arrowsBox = h("input", { id: "tl-all-arrows", type: "checkbox" });
   const details = h("div", { id: "tl-details", class: "tl-details" }, h("p", { class: "muted" }, "Click an event."));
   const wrap = h("div", { class: "tl-canvas-wrap" }, canvas);
+  const body = h("div", { class: "tl-body" }, wrap, details);
+  const placeholder = h(
+    "div",
+    { class: "placeholder", id: "tl-placeholder" },
+    h("p", {}, "No profile loaded."),
+    h("p", {}, h("a", { href: "#/jobs" }, "Open the Jobs page"), " and load a job to see its timeline."),
+  );
   const root = h(
     "section",
     { id: "timeline", class: "page tl-page", hidden: true },
@@ -38,10 +51,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       searchInfo,
       h("label", { class: "field" }, arrowsBox, "all arrows"),
       h("button", { id: "tl-fit", type: "button", onclick: () => fit() }, "Fit (F)"),
-      h("span", { class: "muted" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll"),
+      h("span", { class: "muted tl-keys" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll · Esc deselect"),
       status,
     ),
-    h("div", { class: "tl-body" }, wrap, details),
+    placeholder,
+    body,
   );
   (hooks as unknown as { timeline: unknown }).timeline = {
     state,
@@ -63,6 +77,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       return r ? r.y - state.scrollY + RULER : null;
     },
     xOf: (relNs: number) => xOf(drawState(), relNs),
+    /** the ruler's ticks (ns from the origin) as last drawn */
+    ticks: () => lastTicks,
     laneTop,
     laneHeight,
     scales: () => Object.fromEntries(scales),
@@ -70,6 +86,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     /** whether the picture is final: the layer drawn for this very view, not a stretched preview */
     settled: () => prepared !== null && painter.shows(...layerNeed(prepared, window.devicePixelRatio || 1)),
   };
+  let lastTicks: number[] = [];
   let abort: AbortController | null = null;
   let pending = 0;
   let prepared: Prepared | null = null; // state.tile, ready to draw
@@ -164,6 +181,9 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const dpr = window.devicePixelRatio || 1;
     const w = canvas.clientWidth;
     const hh = canvas.clientHeight;
+    // hidden (another tab shown) or squeezed to nothing: no events area, nothing to lay out or
+    // draw; the ResizeObserver asks again once the canvas has a size
+    if (w <= GUTTER || hh <= RULER) return;
     if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(hh * dpr)) {
       canvas.width = Math.round(w * dpr);
       canvas.height = Math.round(hh * dpr);
@@ -174,7 +194,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const f = frame();
     let kind = "none";
     state.arrows = arrows(f);
-    drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
+    lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
     const ms = performance.now() - started;
     state.drawMs.push(ms);
     if (state.drawMs.length > 200) state.drawMs.shift();
@@ -192,6 +212,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   /** One tile for every visible leaf row over the view; the old tile is drawn meanwhile. */
   async function fetchTile(): Promise<void> {
     if (!state.profile || !state.rows) return;
+    if (canvas.clientWidth <= GUTTER) return; // hidden: fetched when shown (the ResizeObserver)
     const ids = leafIds();
     abort?.abort();
     if (ids.length === 0) {
@@ -199,7 +220,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       prepared = null;
       state.tiles += 1; // an empty tile: nothing expanded yet
       state.loading = false;
-      status.textContent = "expand a node and a GPU to see its rows";
+      setStatus("expand a node and a GPU to see its rows");
       redraw();
       return;
     }
@@ -217,7 +238,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width };
       state.tiles += 1;
       const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
-      status.textContent = `${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`;
+      setStatus(`${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`);
       if (state.allArrows) {
         state.flows = (await api.getFlows(state.profile, ids, state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1)))).flows;
       }
@@ -249,6 +270,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
 
   function zoom(factor: number, atX?: number): void {
     const w = canvas.clientWidth - GUTTER;
+    if (w <= 0) return;
     const f = atX === undefined ? 0.5 : Math.min(1, Math.max(0, (atX - GUTTER) / w));
     const at = state.t0 + f * (state.t1 - state.t0);
     setView(at - (at - state.t0) * factor, at + (state.t1 - at) * factor);
@@ -312,6 +334,15 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       setView(t + dur / 2 - span / 2, t + dur / 2 + span / 2);
     }
     showDetails("details");
+    redraw();
+  }
+
+  /** No selection: its outline, arrows and details go; Fit fits the profile again. */
+  function deselect(): void {
+    if (!state.selected) return;
+    state.selected = null;
+    state.selectedInstants = 0;
+    details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     redraw();
   }
 
@@ -385,11 +416,16 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     pan,
     fit,
     hover,
+    clear: deselect,
     click: (x: number, y: number) => {
       const found = hit(x, y);
       const t = state.tile;
-      if (!found) return;
-      if (t && found.mark >= 0) void select(t.mId[found.mark]!, false, t.rows[t.mRow[found.mark]!], t.mCount[found.mark]!);
+      if (!found) {
+        if (y > RULER) deselect(); // below every row: empty canvas
+        return;
+      }
+      if (found.event < 0 && found.mark < 0 && found.row.type !== "group") deselect();
+      else if (t && found.mark >= 0) void select(t.mId[found.mark]!, false, t.rows[t.mRow[found.mark]!], t.mCount[found.mark]!);
       else if (found.row.type === "group") toggle(found.row.id);
       else if (t && found.event >= 0) void select(t.id[found.event]!, false, found.row.id);
     },
@@ -417,23 +453,51 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     refetch();
   }).observe(wrap);
 
+  /** Back to no profile: nothing drawn, no request in flight, the placeholder shown. */
+  function clear(): void {
+    abort?.abort();
+    pending += 1; // an answer on its way is for the profile gone
+    window.clearTimeout(timer);
+    state.profile = null;
+    state.tile = null;
+    prepared = null;
+    state.rows = null;
+    state.layout = [];
+    state.selected = null;
+    state.loading = false;
+    state.building = null;
+    state.search = "";
+    state.matches = [];
+    state.flows = [];
+    relayout();
+    details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
+    setStatus("");
+    body.hidden = true;
+    placeholder.hidden = false;
+  }
+
   async function load(id: string): Promise<void> {
     if (state.profile === id) return;
     state.profile = id;
+    body.hidden = false;
+    placeholder.hidden = true;
     state.tile = null;
     state.rows = null;
     state.layout = [];
     state.selected = null;
     state.open = new Set(["job"]);
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
-    status.textContent = "loading rows…";
+    setStatus("loading rows…");
     try {
       let rows = await api.getRows(id);
+      const began = performance.now();
       // a profile that was not imported: its index is built now, once; say how far it has got
       while ("building" in rows) {
         state.building = rows.progress;
         state.buildingSeen += 1;
-        status.textContent = `building the timeline index of this profile: ${Math.round(rows.progress * 100)}% (once per profile; hyperscope import does it ahead)`;
+        state.buildingLog.push(rows.progress);
+        const s = Math.round((performance.now() - began) / 1000);
+        setStatus(`building the timeline index of this profile: ${Math.round(rows.progress * 100)}%, ${s} s (once per profile; hyperscope import does it ahead)`);
         await new Promise((done) => setTimeout(done, 500));
         if (state.profile !== id) return;
         rows = await api.getRows(id);
@@ -459,6 +523,10 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     }
   }
 
+  clear();
+  onLoadedChange((l) => {
+    if (!l) clear();
+  });
   return {
     root,
     setActive(on: boolean) {
