@@ -41,7 +41,7 @@ def _check_served(home: Path, job: str, steps: int) -> None:
         assert dash.json()["tables"]["steps"]["rows"][0]["steps"] >= steps - 1
         rows = c.get(f"/api/profiles/{pid}/timeline/rows")
         for _ in range(600):  # the index may still be building: the UI asks again
-            if rows.status_code != 503:
+            if rows.status_code not in (202, 503):
                 break
             time.sleep(0.1)
             rows = c.get(f"/api/profiles/{pid}/timeline/rows")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 import orjson
+import pyarrow.compute as pc
 
 from hyperscope.capture.torch_backend import typed_rows
 from hyperscope.capture.xplane import read_rows
@@ -21,6 +22,8 @@ from hyperscope.schema.layout import RankMeta
 from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, rank_from_name
 
 XPLANE_SUFFIX: Final = ".xplane.pb"
+#: Below this, the XPlane's times count from the profile's start (no start time was kept in it).
+_EPOCH_NS_MIN: Final = 10**18
 #: The trace JSON that TF's and JAX's profilers write beside the XPlane (and JAX's Perfetto file).
 XLA_JSON_SUFFIXES: Final = (".trace.json.gz", "perfetto_trace.json.gz")
 
@@ -94,7 +97,9 @@ def add_xplane_files(
             importer.con.execute(f"INSERT INTO {STAGED_TABLE} BY NAME SELECT * FROM xplane_rows")
         finally:
             importer.con.unregister("xplane_rows")
+        low = pc.min(table["ts_ns"]).as_py() if table.num_rows else None
+        clock = "epoch_ns" if low is not None and low >= _EPOCH_NS_MIN else "relative"
         importer.result.ranks.append(
-            RankMeta(rank=r, node=node, source_file=str(path), clock="epoch_ns", events=table.num_rows)
+            RankMeta(rank=r, node=node, source_file=str(path), clock=clock, events=table.num_rows)
         )
         importer.result.files.append(FileResult(path, r, table.num_rows))
