@@ -264,7 +264,7 @@ def summarize(
         [f"bytes/step <= 1/{share} of {own}'s files",
          f"1/{tp['bytes_per_step'] / max(hc['bytes_per_step'], 1):.0f}",
          hc["bytes_per_step"] * share <= tp["bytes_per_step"]],
-        ["extra peak <= 1/4 of torch.profiler's",
+        [f"extra peak <= 1/4 of {own}'s",
          f"{hc['extra_peak_mb']:.0f} vs {tp['extra_peak_mb']:.0f} MB",
          hc["extra_peak_mb"] * 4 <= tp["extra_peak_mb"]],
     ]

@@ -105,8 +105,6 @@ class Session:
         # Identity again: a rank started by mp.spawn may have joined its process group since.
         self._identify()
         self._start_ns = self._step_start_ns = self._last_flush_ns = now
-        if self.config.duration_s is not None:
-            self._deadline_ns = now + int(self.config.duration_s * 1e9)
         self.notes.append(f"start-up (interpreter start to training) took {self.startup_ns / 1e9:.2f} s")
         self._startup_mark = (now, self.startup_ns)
         self._open_capture()
@@ -132,6 +130,8 @@ class Session:
         try:
             self._start_kineto_backend()
             self._start_sampler()
+            if self.config.duration_s is not None:  # from when recording starts, not before opening
+                self._deadline_ns = time.time_ns() + int(self.config.duration_s * 1e9)
             self._enter_step(self.step_no)
         except Exception as exc:  # the job must not stay InProgress for a capture that never ran
             self.stop(RankStatus.INCOMPLETE, f"the capture could not start: {exc}")
