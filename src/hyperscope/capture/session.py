@@ -77,6 +77,7 @@ class Session:
         self._kineto: Any = None
         self._startup_mark: tuple[int, int] | None = None
         self._held: Mark | None = None
+        self._provisional_seen = False
         self._own_events = 0  # rows of hyperscope's own (the start-up mark), not the training's
         self._sampler: Any = None
         self._writer: RankWriter | None = None
@@ -244,11 +245,14 @@ class Session:
         return "the run marked no step and no annotation, and PyTorch recorded no device activity"
 
     def step(self, *, provisional: bool = False) -> None:
-        """End the current step. A ``provisional`` end (the launcher's optimizer hook) is held back
-        until the next step, so that a script's own first ``step()`` can still move it."""
+        """End the current step. The first ``provisional`` end (the launcher's optimizer hook) is
+        held back, and no file written, until the next step, so that a script's own first
+        ``step()`` can still move it; later ones are final (the script marks no steps itself)."""
         if self.waiting:  # the first step() ends start-up; the steps count from here
             self.training_begins()
             return
+        if provisional:
+            provisional, self._provisional_seen = not self._provisional_seen, True
         now = time.time_ns()
         self._commit_held()
         if self.recording:
@@ -256,7 +260,7 @@ class Session:
         self.step_no += 1
         self._steps_since_flush += 1
         self._step_start_ns = now
-        self._enter_step(self.step_no, now)
+        self._enter_step(self.step_no, now, may_flush=not provisional)
 
     def _record_step_end(self, now: int, *, hold: bool = False) -> None:
         mark = (EventKind.STEP, f"ProfilerStep#{self.step_no}", threading.get_native_id(),
@@ -281,7 +285,7 @@ class Session:
             self._add((kind, name, tid, start, now - start, step))
         self._step_start_ns = now
 
-    def _enter_step(self, step: int, now: int | None = None) -> None:
+    def _enter_step(self, step: int, now: int | None = None, *, may_flush: bool = True) -> None:
         now = time.time_ns() if now is None else now
         expired = self._deadline_ns is not None and now >= self._deadline_ns
         last = self.config.last_step
@@ -296,7 +300,7 @@ class Session:
             or (self._kineto is not None and self._steps_since_flush >= 1 and self._events_per_step is None)
             or (self._events_per_step or 0) * self._steps_since_flush >= self.config.max_buffered_events
         )
-        if self.recording and (not want or due):
+        if self.recording and (not want or (due and may_flush)):
             self._flush(restart=want)
         elif want and not self.recording and self._kineto is not None:
             self._kineto.start()
