@@ -3,6 +3,8 @@
 
     sbatch examples/resilient_ddp.sbatch --steps 40 --every 5 --out /shared/final.pt
 
+(plain sbatch, from the repository's root, or ``hyperscope submit CLUSTER -- ...``.)
+
 Under ``srun`` every task is one rank (SLURM_PROCID, SLURM_NTASKS; MASTER_ADDR/MASTER_PORT come
 from the batch script); run directly it is one rank. The data of step ``s`` on rank ``r`` is drawn
 from a generator seeded with ``(s, r)`` and the model from seed 0, so a run interrupted and resumed
@@ -24,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import hyperscope as hs
 from hyperscope.checkpoint import Checkpointer
+from hyperscope.errors import UsageError
 
 
 def main() -> None:
@@ -46,7 +49,10 @@ def main() -> None:
     net = nn.Sequential(nn.Linear(64, 128), nn.Tanh(), nn.Linear(128, 8))
     model = DistributedDataParallel(net)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    ckpt = Checkpointer(args.checkpoints, keep=3)
+    try:
+        ckpt = Checkpointer(args.checkpoints, keep=3)
+    except UsageError as exc:  # exit 2, a usage error: --auto-resume does not requeue it
+        p.error(str(exc))
     start = 0
     state = {"model": net.state_dict()}
     latest = ckpt.load_latest(state)  # several ranks: filled in place; one rank: returned

@@ -13,6 +13,8 @@ def test_all_is_complete_and_sorted() -> None:
     submodules = {
         "annotations",
         "breakdown",
+        "collectives",
+        "compare",
         "cpu",
         "dashboard",
         "gpu",
@@ -22,6 +24,8 @@ def test_all_is_complete_and_sorted() -> None:
         "intervals",
         "kernels",
         "latency",
+        "memory",
+        "operators",
         "ranks",
         "steps",
         "stored",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from hyperscope.cluster import hooks
 from hyperscope.cluster.spec import ClusterSpec
-from hyperscope.cluster.state import ClusterState
+from hyperscope.cluster.state import ClusterState, NodeState
 from hyperscope.recovery import spank
 
 
@@ -28,9 +29,11 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
     tmp_path: Path, make_spec: Callable[..., ClusterSpec]
 ) -> None:
     state = _state(tmp_path)
+    state.nodes = [NodeState(f"workers-{i}", "workers", "worker", i == 3, True) for i in (1, 2, 3)]
     fake_python = tmp_path / "python"
     fake_python.write_text(
         '#!/bin/bash\necho "$@" > "$HYPERSCOPE_SHARED_DIR/args"; env > "$HYPERSCOPE_SHARED_DIR/env"\n'
+        '[ -n "${HOLD:-}" ] && sleep "$HOLD"; exit 0\n'
     )
     fake_python.chmod(0o755)
     script = tmp_path / "hc.sh"
@@ -43,25 +46,46 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
         subprocess.run([str(script)], env={"SLURMD_NODENAME": node}, check=True)
         args = (tmp_path / "shared" / "args").read_text()
         env = (tmp_path / "shared" / "env").read_text()
-        assert args.startswith(f"-m hyperscope health --drain --node {node} --path ")
-        assert f"SLURM_CONF={state.slurm_conf}" in env
+        assert args.startswith(f"-m hyperscope health --drain --node {node} --expect-gpus 2 ")
+        assert f"--gpu-devices {state.dir}/dev/{node} --dcgm-every 3600 " in args
+        assert f"SLURM_CONF={state.slurm_conf}" in env and f"HYPERSCOPE_CLUSTER_DIR={state.dir}" in env
         assert (f"HYPERSCOPE_HEALTH_FAULTS={faults}" in env) == (faults is not None)
     # as the Prolog (Slurm sets SLURM_JOB_ID), only the quick checks
     subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-1", "SLURM_JOB_ID": "7"}, check=True)
-    assert "--node workers-1 --quick --path " in (tmp_path / "shared" / "args").read_text()
+    assert "--node workers-1 --quick --expect-gpus 2 " in (tmp_path / "shared" / "args").read_text()
+    # never two periodic checks at once on one node: a second exits at once while the first runs
+    (tmp_path / "shared" / "args").unlink()
+    first = subprocess.Popen([str(script)], env={"SLURMD_NODENAME": "workers-1", "HOLD": "30"})
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "shared" / "args").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (tmp_path / "shared" / "args").unlink()
+        second = subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-1"}, timeout=20)
+        assert second.returncode == 0 and not (tmp_path / "shared" / "args").exists()
+        other = subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-2"}, timeout=20)
+        assert other.returncode == 0 and (tmp_path / "shared" / "args").exists()  # its own lock
+        (tmp_path / "shared" / "args").unlink()
+        prolog = {"SLURMD_NODENAME": "workers-1", "SLURM_JOB_ID": "8"}
+        assert subprocess.run([str(script)], env=prolog, timeout=20).returncode == 0
+        assert "--quick" in (tmp_path / "shared" / "args").read_text()  # a job's check still runs
+    finally:
+        first.kill()
+        first.wait()
 
 
 def test_install_writes_the_slurm_conf_lines(tmp_path: Path, make_spec: Callable[..., ClusterSpec]) -> None:
     state = _state(tmp_path)
     lines = hooks.install(make_spec(), state)
-    assert lines[:4] == [
+    assert lines[:5] == [
         f"HealthCheckProgram={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
         "HealthCheckInterval=5",
         "HealthCheckNodeState=ANY",
         f"Prolog={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
+        f"TaskProlog={Path(state.dir) / 'etc' / 'taskprolog.sh'}",
     ]
     if spank.HEADER.is_file():
-        assert lines[4] == f"PlugStackConfig={Path(state.dir) / 'etc' / 'plugstack.conf'}"
+        assert lines[5] == f"PlugStackConfig={Path(state.dir) / 'etc' / 'plugstack.conf'}"
         assert state.notes == []
 
 

@@ -91,6 +91,13 @@ def _valid() -> dict[str, Any]:
         (lambda d: d.update(recovery={"health_check_interval": 0}), "recovery.health_check_interval", "0"),
         (lambda d: d.update(recovery={"agent": "yes"}), "recovery.agent", "'yes'"),
         (lambda d: d.update(recovery={"hang": 3}), "recovery.hang", None),
+        (lambda d: d.update(recovery={"max_replacements": -1}), "recovery.max_replacements", "-1"),
+        (lambda d: d.update(recovery={"dcgm_interval_s": 5}), "recovery.dcgm_interval_s", "5"),
+        (
+            lambda d: d.update(recovery={"health_checks_dir": "nowhere"}),
+            "recovery.health_checks_dir",
+            "'nowhere'",
+        ),
     ],
 )
 def test_invalid_values_are_named(edit: Any, key: str, value: str | None) -> None:
@@ -115,3 +122,18 @@ def test_recovery_defaults_and_settings() -> None:
     data["recovery"] = {"agent": False, "hang_timeout_s": 20, "max_attempts": 2}
     r = parse_spec(data, DATA / "valid.yaml").recovery
     assert (r.agent, r.hang_timeout_s, r.max_attempts, r.health_check_interval) == (False, 20, 2, 5)
+
+
+def test_the_brake_the_checks_folder_and_dcgms_schedule(tmp_path: Path) -> None:
+    data = _valid()
+    r = parse_spec(data, DATA / "valid.yaml").recovery
+    assert (r.max_replacements, r.replacement_window_s, r.health_checks_dir, r.dcgm_interval_s) == (
+        4, 600, None, 3600,
+    )  # fmt: skip
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "lifecycle").mkdir()
+    (tmp_path / "lifecycle" / "on_create.sh").write_text("true\n")
+    data["lifecycle_scripts"] = "lifecycle"
+    data["recovery"] = {"max_replacements": 2, "replacement_window_s": 60, "health_checks_dir": "checks"}
+    r = parse_spec(data, tmp_path / "c.yaml").recovery
+    assert (r.max_replacements, r.replacement_window_s, r.health_checks_dir) == (2, 60, tmp_path / "checks")

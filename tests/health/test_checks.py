@@ -150,3 +150,53 @@ def test_node_name_prefers_slurms(monkeypatch: pytest.MonkeyPatch) -> None:
     assert health.node_name() == "worker-3"
     monkeypatch.delenv("SLURMD_NODENAME")
     assert health.node_name() == os.uname().nodename
+
+
+def test_the_root_temp_and_home_disks_are_checked_once_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+    bare = _by_check(health.run(HealthConfig(min_free_bytes=1), node="n1"))
+    assert bare["disk:/"].status is Status.PASS and bare["disk:/"].reason.endswith("GiB free")
+    # /tmp and home on the root file system here are not reported a second time
+    seen = {os.stat(p).st_dev for p in ("/", "/tmp", str(Path.home()))}
+    assert len([c for c in bare if c.startswith("disk:")]) == len(seen)
+    _faults(tmp_path, monkeypatch, {"disk_free_bytes": {"/": 10 << 20}})
+    full = health.run(HealthConfig(min_free_bytes=1 << 30), node="n1")
+    assert _by_check(full)["disk:/"].status is Status.FAIL and full.action is Action.REPLACE
+    assert "0.01 GiB free, at least 1.00 GiB needed" in _by_check(full)["disk:/"].reason
+    assert "disk:/" not in _by_check(health.run(HealthConfig(system_disks=False), node="n1"))
+
+
+def test_gpu_device_files_are_counted_without_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+    monkeypatch.setattr(health.sources, "_nvml_readings", lambda: (None, "NVML unavailable: test"))
+    for i in (0, 1):
+        (tmp_path / f"nvidia{i}").touch()
+    (tmp_path / "nvidiactl").touch()  # not a GPU
+    ok = _by_check(health.run(HealthConfig(expect_gpus=2, gpu_devices=tmp_path), node="n1"))
+    assert ok["gpu"].status is Status.PASS and f"device files in {tmp_path}" in ok["gpu"].reason
+    (tmp_path / "nvidia1").unlink()
+    lost = _by_check(health.run(HealthConfig(expect_gpus=2, gpu_devices=tmp_path), node="n1"))
+    assert (
+        lost["gpu.count"].status is Status.FAIL and lost["gpu.count"].reason == "1 GPUs visible, 2 expected"
+    )
+
+
+def test_dcgm_diag_runs_on_its_own_schedule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in dcgmi on PATH (DCGM is not installed here) counts its runs."""
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    runs = tmp_path / "runs"
+    (bin_dir / "dcgmi").write_text(f"#!/bin/bash\necho run >> {runs}\necho 'Deployment  Pass'\n")
+    (bin_dir / "dcgmi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    config = HealthConfig(dcgm_every_s=3600, dcgm_record=tmp_path / "dcgm.json")
+    first = _by_check(health.run(config, node="n1"))["dcgm"]
+    second = _by_check(health.run(config, node="n1"))["dcgm"]
+    assert runs.read_text().count("run") == 1  # the second check reported the first's result
+    assert first.reason == "dcgmi diag -r 1 passed" and second.status is Status.PASS
+    assert second.reason.startswith("dcgmi diag -r 1 passed (") and "s ago; next in" in second.reason
+    health.run(HealthConfig(), node="n1")  # no schedule: every run diagnoses
+    assert runs.read_text().count("run") == 2

@@ -45,7 +45,7 @@ def local_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterState]]:
     home = tmp_path / "home"
     provider = LocalProvider(home)
 
-    def make(spares: int = 1, **recovery: object) -> ClusterState:
+    def make(spares: int = 1, gpus: int = 0, **recovery: object) -> ClusterState:
         d = tmp_path / "spec"
         shutil.copytree(ROOT / "examples" / "lifecycle", d / "lifecycle")
         doc = {
@@ -55,7 +55,7 @@ def local_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterState]]:
             "shared_dir": str(tmp_path / "shared"),
             "instance_groups": [
                 {"name": "controller", "role": "controller", "count": 1},
-                {"name": "workers", "role": "worker", "count": 2, "spares": spares},
+                {"name": "workers", "role": "worker", "count": 2, "spares": spares, "gpus_per_node": gpus},
             ],
             "recovery": recovery,
         }

@@ -79,11 +79,13 @@ def test_filters_offer_what_the_profile_has(client: TestClient, home: Home) -> N
         "ranks": [0],
         "steps": {"min": 0, "max": 39},
         "annotations": sorted(h200["annotations"], key=lambda n: h200["annotations"].index(n)),
+        "rank_nodes": {"0": ["vm"]},
     }
     assert {"forward", "backward", "optimizer", "data"} <= set(h200["annotations"])
     multi = client.get(f"/api/profiles/{home.multi}/filters").json()
     assert multi["nodes"] == ["node-a", "node-b"] and multi["ranks"] == [0, 1, 2, 3]
     assert multi["steps"] is not None and multi["steps"]["max"] - multi["steps"]["min"] == 3
+    assert multi["rank_nodes"] == {"0": ["node-a"], "1": ["node-a"], "2": ["node-b"], "3": ["node-b"]}
 
 
 @pytest.mark.parametrize("profile", ["h200", "multi"])
@@ -215,6 +217,7 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/profiles/{profile_id}/filters",
         "/api/profiles/{profile_id}/dashboard",
         "/api/profiles/{profile_id}/annotations/{name}/histogram",
+        "/api/compare",
         *(
             f"/api/profiles/{{profile_id}}/timeline/{p}"
             for p in ("rows", "tile", "event", "links", "flows", "search")

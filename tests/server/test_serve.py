@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -15,11 +16,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from hyperscope.server.serve import Address
 from tests.server.conftest import Home
 
-URL = re.compile(r"hyperscope UI on (http://\S+/)")
-TOKEN_URL = re.compile(r"open (http://\S+\?token=(\S+))")
+URL = re.compile(r"hyperscope UI on (https?://\S+/)")
+TOKEN_URL = re.compile(r"open (https?://\S+\?token=(\S+))")
 
 
 @contextmanager
@@ -94,7 +97,42 @@ def test_ui_beyond_loopback_prints_a_token_and_needs_it(home: Home) -> None:
         assert status == 200 and json.loads(body)["total"] == 3
 
 
+def test_ui_over_tls_sets_a_secure_cookie(home: Home, tmp_path: Path) -> None:
+    """``--certfile/--keyfile``: HTTPS, and the token's cookie only ever goes back over it."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ("--certfile", str(cert), "--keyfile", str(key))
+    with running_ui(home.path, "--host", "0.0.0.0", *tls) as (base, lines):
+        assert base.startswith("https://127.0.0.1:")
+        found = next((TOKEN_URL.search(x) for x in lines if TOKEN_URL.search(x)), None)
+        assert found and found.group(1).startswith("https://"), lines
+        context = ssl.create_default_context(cafile=str(cert))
+        context.check_hostname = False
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: object, **kwargs: object) -> None:
+                return None
+
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as redirect:
+            opener.open(base + f"?token={found.group(2)}", timeout=30)
+        assert redirect.value.code == 303
+        cookie = redirect.value.headers["set-cookie"]
+        assert "hyperscope_token=" in cookie and "Secure" in cookie and "HttpOnly" in cookie
+    bad = subprocess.run(
+        [sys.executable, "-m", "hyperscope", "ui", "--no-browser", "--port", "0", "--home", str(home.path),
+         "--certfile", str(cert), "--keyfile", str(cert)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "cannot serve HTTPS" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_addresses() -> None:
+    assert Address("::1", 443, "t", https=True).open_url == "https://[::1]:443/?token=t"
     assert Address("0.0.0.0", 8321, None).base_url == "http://127.0.0.1:8321/"
     assert Address("::1", 80, "t").open_url == "http://[::1]:80/?token=t"
     assert Address("10.1.2.3", 9, "t").open_url == "http://10.1.2.3:9/?token=t"

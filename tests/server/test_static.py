@@ -62,3 +62,34 @@ def test_missing_bundle_says_how_to_build_it(client: TestClient) -> None:
     assert "./dev build-ui" in page.text and "/api/jobs" in page.text
     assert "./dev build-ui" in client.get("/jobs/3").text
     assert client.get("/assets/index.js").status_code == 404
+
+
+def test_a_link_out_of_the_bundle_is_not_followed(home: Home, bundle: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0")
+    (bundle / "passwd").symlink_to("/etc/passwd")
+    (bundle / "secret.txt").symlink_to(secret)
+    (bundle / "assets" / "leak.js").symlink_to(secret)
+    with local(create_app(home.path, static_dir=bundle)) as client:
+        for path in ("/passwd", "/secret.txt"):
+            answer = client.get(path)
+            assert answer.status_code == 200 and answer.text == INDEX  # the app, not the file
+        assert client.get("/assets/leak.js").status_code == 404
+        assert client.get("/favicon.svg").text == "<svg/>"  # regular files still are
+
+
+def test_pages_and_answers_carry_security_headers(home: Home, bundle: Path) -> None:
+    with local(create_app(home.path, static_dir=bundle, token="t0ken")) as client:
+        for path, headers in (
+            ("/", {"Authorization": "Bearer t0ken"}),
+            ("/assets/index-abc123.js", {"Authorization": "Bearer t0ken"}),
+            ("/api/jobs", {"Authorization": "Bearer t0ken"}),
+            ("/api/jobs", {}),  # a 401 too
+        ):
+            answer = client.get(path, headers=headers)
+            assert answer.headers["x-content-type-options"] == "nosniff", path
+            csp = answer.headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in csp and "script-src 'self';" in csp, path
+            assert answer.headers["x-frame-options"] == "DENY"
+        docs = client.get("/api/docs", headers={"Authorization": "Bearer t0ken"})
+        assert docs.status_code == 200 and "frame-ancestors 'none'" in docs.headers["content-security-policy"]

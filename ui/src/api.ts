@@ -68,6 +68,8 @@ export interface Filters {
   ranks: number[];
   steps: { min: number; max: number } | null;
   annotations: string[];
+  /** each rank's node(s), by rank ("" for an unnamed node) */
+  rank_nodes?: Record<string, string[]>;
 }
 
 export type Row = Record<string, string | number | boolean | null>;

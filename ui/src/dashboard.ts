@@ -67,26 +67,37 @@ export function dashboardPage(): DashboardPage {
 
   // filter bar
   const nodeSel = h("select", { id: "filter-node", "aria-label": "Node" });
-  const rankSel = h("select", { id: "filter-rank", "aria-label": "Rank" });
+  // several ranks at once (ctrl/shift-click); none chosen: every rank of the node chosen
+  const rankSel = h("select", { id: "filter-rank", "aria-label": "Ranks", multiple: true, size: 3, title: "none chosen: all ranks; ctrl- or shift-click for several" });
   const stepFrom = h("input", { type: "number", id: "filter-step-from", "aria-label": "First step", min: 0 });
   const stepTo = h("input", { type: "number", id: "filter-step-to", "aria-label": "Last step", min: 0 });
   const scopeText = h("span", { class: "muted", id: "scope-text" });
+  const filterError = h("span", { class: "error-inline", id: "filter-error", role: "alert", hidden: true });
   const apply = h("button", { type: "button", id: "filter-apply" }, "Apply");
   const reset = h("button", { type: "button", id: "filter-reset", class: "secondary" }, "Reset");
   const filterBar = h(
     "form",
     { class: "filter-bar", id: "filter-bar", onsubmit: (e: Event) => e.preventDefault() },
     h("label", { class: "field" }, "Node", nodeSel),
-    h("label", { class: "field" }, "Rank", rankSel),
+    h("label", { class: "field" }, "Ranks", rankSel),
     h("label", { class: "field" }, "Steps", stepFrom, "to", stepTo),
     apply,
     reset,
     scopeText,
+    filterError,
   );
   apply.addEventListener("click", () => {
-    scope = { ...scope, ...readFilters() };
+    const read = readFilters();
+    if ("error" in read) {
+      filterError.textContent = read.error;
+      filterError.hidden = false;
+      return;
+    }
+    filterError.hidden = true;
+    scope = { ...scope, ...read };
     void refresh();
   });
+  nodeSel.addEventListener("change", () => fillRanks());
   reset.addEventListener("click", () => {
     fillFilters();
     scope = { nodes: [], ranks: [], steps: null, topK: scope.topK };
@@ -104,29 +115,53 @@ export function dashboardPage(): DashboardPage {
   );
   const root = h("main", { class: "page dashboard-page", id: "dashboard", "data-state": "idle" }, placeholder, body);
 
-  function readFilters(): Pick<Scope, "nodes" | "ranks" | "steps"> {
+  /** The filters chosen, or what is wrong with them in the words the user typed. */
+  function readFilters(): Pick<Scope, "nodes" | "ranks" | "steps"> | { error: string } {
     const nodes = nodeSel.value ? [nodeSel.value] : [];
-    const ranksPicked = rankSel.value !== "" ? [Number(rankSel.value)] : [];
+    const ranksPicked = [...rankSel.selectedOptions].map((o) => Number(o.value));
     let steps: Scope["steps"] = null;
     const from = stepFrom.value.trim();
     const to = stepTo.value.trim();
     const bounds = filters?.steps;
+    for (const [what, text] of [["first", from], ["last", to]] as const) {
+      if (text !== "" && !/^\d+$/.test(text)) return { error: `Steps: the ${what} step "${text}" is not a step number (a whole number, e.g. 3).` };
+    }
     if (from !== "" || to !== "") {
       const a = from !== "" ? Number(from) : (bounds?.min ?? 0);
       const b = to !== "" ? Number(to) : (bounds?.max ?? a);
+      if (b < a) {
+        const typed = from !== "" && to !== "" ? `"${from}" to "${to}"` : from !== "" ? `from "${from}"` : `to "${to}"`;
+        const last = to !== "" ? `the last step, ${to},` : `the profile's last step, ${b},`;
+        return { error: `Steps ${typed}: ${last} is before the first, ${a}.` };
+      }
       // the whole range is "all steps": leave it out so the span stays the profile's
       if (!(bounds && a === bounds.min && b === bounds.max)) steps = { from: a, to: b };
     }
     return { nodes, ranks: ranksPicked, steps };
   }
 
+  /** The ranks offered: those of the node chosen (every rank with none), keeping those picked. */
+  function fillRanks(): void {
+    const f = filters;
+    const node = nodeSel.value;
+    const picked = new Set([...rankSel.selectedOptions].map((o) => o.value));
+    const of = (r: number): string[] => f?.rank_nodes?.[String(r)] ?? [];
+    const offered = (f?.ranks ?? []).filter((r) => !node || !f?.rank_nodes || of(r).includes(node));
+    rankSel.replaceChildren(
+      ...offered.map((r) => {
+        const nodesOf = of(r).filter((n) => n !== "");
+        const label = !node && nodesOf.length ? `rank ${r} (${nodesOf.join(", ")})` : `rank ${r}`;
+        return h("option", { value: String(r), selected: picked.has(String(r)) }, label);
+      }),
+    );
+  }
+
   function fillFilters(): void {
     const f = filters;
     nodeSel.replaceChildren(h("option", { value: "" }, "All nodes"), ...(f?.nodes ?? []).filter((n) => n !== "").map((n) => h("option", { value: n }, n)));
-    rankSel.replaceChildren(
-      h("option", { value: "" }, "All ranks"),
-      ...(f?.ranks ?? []).map((r) => h("option", { value: String(r) }, `rank ${r}`)),
-    );
+    rankSel.replaceChildren();
+    fillRanks();
+    filterError.hidden = true;
     stepFrom.value = "";
     stepTo.value = "";
     const steps = f?.steps;
@@ -139,7 +174,7 @@ export function dashboardPage(): DashboardPage {
   function describeScope(): string {
     const parts = [
       scope.nodes.length ? `node ${scope.nodes.join(", ")}` : "all nodes",
-      scope.ranks.length ? `rank ${scope.ranks.join(", ")}` : "all ranks",
+      scope.ranks.length ? `rank${scope.ranks.length > 1 ? "s" : ""} ${scope.ranks.join(", ")}` : "all ranks",
       scope.steps ? `steps ${scope.steps.from} to ${scope.steps.to}` : "all steps",
     ];
     return `Showing ${parts.join(", ")}.`;

@@ -4,6 +4,7 @@
 import "./style.css";
 
 import { getProfile } from "./api";
+import { comparePage } from "./compare";
 import type { DashboardPage } from "./dashboard";
 import { h } from "./dom";
 import { errorBanner, showError } from "./errors";
@@ -13,7 +14,7 @@ import { jobsPage } from "./jobs";
 import { loaded, loadedBar, onLoadedChange, setLoaded } from "./loaded";
 import { timelinePage } from "./timeline/view";
 
-type Route = "jobs" | "dashboard" | "timeline" | "info";
+type Route = "jobs" | "dashboard" | "timeline" | "compare" | "info";
 
 /** The dashboard and ECharts (two thirds of the code) in a chunk of their own, fetched when the
  * dashboard is first shown or, before that, when the page has been idle a while: a timeline
@@ -55,11 +56,12 @@ function lazyDashboard(): DashboardPage {
 const jobs = jobsPage(() => go("dashboard"));
 const dashboard = lazyDashboard();
 const info = infoPage();
+const compare = comparePage();
 const timeline = timelinePage();
-const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, info };
+const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, compare, info };
 
 const tabs = (Object.keys(pages) as Route[]).map((route) =>
-  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", timeline: "Timeline", info: "Profile info" }[route]),
+  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", timeline: "Timeline", compare: "Compare", info: "Profile info" }[route]),
 );
 
 const app = document.getElementById("app") as HTMLElement;
@@ -75,6 +77,7 @@ app.replaceChildren(
   jobs.root,
   dashboard.root,
   timeline.root,
+  compare.root,
   info.root,
 );
 

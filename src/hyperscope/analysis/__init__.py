@@ -8,6 +8,17 @@ from hyperscope.analysis._common import ALL, Level, Scope, Source, Table, parse_
 from hyperscope.analysis._prepared import Prepared
 from hyperscope.analysis.annotations import AnnotationRow, annotation_histogram, annotation_stats
 from hyperscope.analysis.breakdown import GpuTimeRow, TypeSegmentRow, gpu_time, kernel_type_segments
+from hyperscope.analysis.collectives import CollectiveRow, collectives
+from hyperscope.analysis.compare import (
+    CollectiveDeltaRow,
+    Comparison,
+    DeltaRow,
+    MetricRow,
+    StepBinRow,
+    StepPairRow,
+    SummaryRow,
+    compare,
+)
 from hyperscope.analysis.cpu import CpuTimeRow, CpuUtilizationRow, cpu_time, cpu_utilization
 from hyperscope.analysis.dashboard import dashboard, to_json
 from hyperscope.analysis.gpu import (
@@ -33,6 +44,8 @@ from hyperscope.analysis.latency import (
     launch_latency,
     launch_latency_histogram,
 )
+from hyperscope.analysis.memory import MemoryPeakRow, peak_memory
+from hyperscope.analysis.operators import OperatorRow, cpu_operators
 from hyperscope.analysis.ranks import RankRow, rank_comparison
 from hyperscope.analysis.steps import (
     HistogramBin,
@@ -48,8 +61,12 @@ __all__ = [
     "PRECISION_RULES",
     "ActivityRow",
     "AnnotationRow",
+    "CollectiveDeltaRow",
+    "CollectiveRow",
+    "Comparison",
     "CpuTimeRow",
     "CpuUtilizationRow",
+    "DeltaRow",
     "GpuTimeRow",
     "HistogramBin",
     "IdleRow",
@@ -58,18 +75,27 @@ __all__ = [
     "LatencyStatsRow",
     "Level",
     "MemoryOpRow",
+    "MemoryPeakRow",
+    "MetricRow",
+    "OperatorRow",
     "PrecisionRow",
     "Prepared",
     "RankRow",
     "Scope",
     "Source",
+    "StepBinRow",
+    "StepPairRow",
     "StepRow",
     "StepStatsRow",
+    "SummaryRow",
     "Table",
     "TypeSegmentRow",
     "UtilizationRow",
     "annotation_histogram",
     "annotation_stats",
+    "collectives",
+    "compare",
+    "cpu_operators",
     "cpu_time",
     "cpu_utilization",
     "dashboard",
@@ -86,6 +112,7 @@ __all__ = [
     "launch_latency_histogram",
     "memory_operations",
     "parse_steps",
+    "peak_memory",
     "rank_comparison",
     "step_time_histogram",
     "step_time_stats",

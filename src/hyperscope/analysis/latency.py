@@ -112,7 +112,9 @@ def launch_latency_histogram(
         lo, hi = int(lo), int(hi)
         if lo == hi:
             return Table(
-                "Launch-to-run latency histogram", HistogramBin, (HistogramBin(lo, hi + 1, int(n)),),
+                "Launch-to-run latency histogram",
+                HistogramBin,
+                (HistogramBin(lo, hi + 1, int(n)),),
                 tuple(notes),
             )
         width = math.ceil((hi - lo + 1) / bins)

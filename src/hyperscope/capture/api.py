@@ -108,7 +108,9 @@ def stop_profiling() -> None:
     if session is None:
         return
     try:
-        if _unhandled:
+        if _unhandled and isinstance(_unhandled[-1], KeyboardInterrupt):  # Ctrl+C: a stop asked for
+            session.stop(RankStatus.STOPPED, "the script was stopped by SIGINT (KeyboardInterrupt)")
+        elif _unhandled:
             exc = _unhandled[-1]
             session.stop(RankStatus.FAILED, f"the script raised {type(exc).__name__}: {exc}")
         else:
@@ -262,4 +264,3 @@ def _install_exit_hooks() -> None:
 
     sys.excepthook = excepthook
     atexit.register(stop_profiling)
-

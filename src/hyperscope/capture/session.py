@@ -114,7 +114,10 @@ class Session:
         home = default_home() if self.config.home is None else self.config.home
         settings = self.config.settings() | {"run_id": self.ctx.run_id}
         target = CaptureTarget(
-            home=Path(home).expanduser(), job=self.job, profile_id=self.profile_id, created_ns=self._start_ns,
+            home=Path(home).expanduser(),
+            job=self.job,
+            profile_id=self.profile_id,
+            created_ns=self._start_ns,
             settings=settings,
         )
         meta = RankMeta(
@@ -457,4 +460,3 @@ def _device_properties() -> list[dict[str, Any]]:
         return out
     except Exception:
         return []
-

@@ -27,8 +27,15 @@ from hyperscope.store._sql import rows as rows_sql
 
 #: Categories whose own correlation id is a CUDA correlation, not a link to a CPU op (Kineto export).
 _DEVICE_SIDE: Final = frozenset(
-    {"gpu_memcpy", "gpu_memset", "kernel", "cuda_runtime", "cuda_driver", "privateuse1_runtime",
-     "privateuse1_driver"}
+    {
+        "gpu_memcpy",
+        "gpu_memset",
+        "kernel",
+        "cuda_runtime",
+        "cuda_driver",
+        "privateuse1_runtime",
+        "privateuse1_driver",
+    }
 )
 _FLOW_NAMES: Final = {1: "fwdbwd", 2: "ac2g"}
 _NO_RESOURCE: Final = -(2**63)

@@ -223,4 +223,3 @@ class Checkpointer:
     def steps(self) -> list[int]:
         """Steps of the complete checkpoints on disk, newest first (not checksummed)."""
         return [s for s, p in _layout.steps_on_disk(self.directory) if (p / _layout.COMPLETE).is_file()]
-

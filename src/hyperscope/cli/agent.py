@@ -33,6 +33,10 @@ def agent_command(
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(1) from None
     policy = Policy(
-        max_reboots=r.max_reboots, hang_timeout_s=float(r.hang_timeout_s), max_attempts=r.max_attempts
+        max_reboots=r.max_reboots,
+        hang_timeout_s=float(r.hang_timeout_s),
+        max_attempts=r.max_attempts,
+        max_replacements=r.max_replacements,
+        replacement_window_s=float(r.replacement_window_s),
     )
     Agent(root, cluster, policy).run(interval)

@@ -53,16 +53,25 @@ def _when(ts: float) -> str:
 @cluster_app.command("create")
 def create(
     file: Annotated[Path, typer.Option("-f", "--file", help="The cluster spec (YAML).", metavar="FILE")],
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Tear down a cluster of the same name that still runs (stopping its running jobs, "
+            "which it lists) and create it anew.",
+        ),
+    ] = False,
     home: HomeOption = None,
 ) -> None:
-    """Bring a cluster up from its spec; running it again on a cluster in service changes nothing."""
+    """Bring a cluster up from its spec; running it again on a cluster in service changes nothing;
+    a cluster of that name that is half running, or has another spec, is refused unless --replace."""
     t0 = time.monotonic()
 
     def progress(node: str, step: str) -> None:
         err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
 
     try:
-        state = manage.create(file, _home(home), progress)
+        state = manage.create(file, _home(home), progress, replace=replace)
     except HyperscopeError as exc:
         _fail(exc)
     out.print(
@@ -164,26 +173,48 @@ def list_nodes(name: NameArg, home: HomeOption = None) -> None:
 NodeArg = Annotated[str, typer.Argument(help="The node (as list-nodes names it).", metavar="NODE")]
 
 
-def _mark(name: str, node: str, action: str, home: Path | None) -> None:
+NowOption = Annotated[
+    bool,
+    typer.Option(
+        "--now",
+        help="Act at once: the node is set DOWN and its running jobs are requeued now "
+        "(default: the node takes no new job and the agent acts when its jobs end).",
+    ),
+]
+
+
+def _mark(name: str, node: str, action: str, home: Path | None, now: bool) -> None:
     try:
-        command = manage.mark_node(name, _home(home), node, action)
+        running = manage.jobs_on(name, _home(home), node)
+        command = manage.mark_node(name, _home(home), node, action, now=now)
     except HyperscopeError as exc:
         _fail(exc)
+    ids = ", ".join(map(str, running))
+    if not running:
+        when = "now (no job runs on it)"
+    elif now:
+        when = f"now; its running job(s) {ids} are requeued"
+    else:
+        when = f"once its running job(s) {ids} end (--now: at once, requeuing them)"
     out.print(
-        f"{command}\nthe recovery agent will {action} {node}; `hyperscope cluster list-nodes {name}` shows it"
+        f"{command}\nthe recovery agent will {action} {node} {when}; "
+        f"`hyperscope cluster list-nodes {name}` shows it",
+        markup=False,
     )
 
 
 @cluster_app.command("replace-node")
-def replace_node(name: NameArg, node: NodeArg, home: HomeOption = None) -> None:
-    """Mark a node for replacement (Slurm reason Action:Replace); the agent replaces it."""
-    _mark(name, node, "replace", home)
+def replace_node(name: NameArg, node: NodeArg, now: NowOption = False, home: HomeOption = None) -> None:
+    """Mark a node for replacement (Slurm reason Action:Replace); the agent replaces it when its
+    jobs end, or at once with --now."""
+    _mark(name, node, "replace", home, now)
 
 
 @cluster_app.command("reboot-node")
-def reboot_node(name: NameArg, node: NodeArg, home: HomeOption = None) -> None:
-    """Mark a node for a reboot (Slurm reason Action:Reboot); the agent reboots it."""
-    _mark(name, node, "reboot", home)
+def reboot_node(name: NameArg, node: NodeArg, now: NowOption = False, home: HomeOption = None) -> None:
+    """Mark a node for a reboot (Slurm reason Action:Reboot); the agent reboots it when its jobs
+    end, or at once with --now."""
+    _mark(name, node, "reboot", home, now)
 
 
 @cluster_app.command("delete")

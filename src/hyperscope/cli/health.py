@@ -46,6 +46,28 @@ def health_command(
     node: Annotated[
         str | None, typer.Option(help="Node name (default: $SLURMD_NODENAME, else hostname).")
     ] = None,
+    dcgm_every: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Run DCGM's diagnostic at most once per this many seconds, reporting the last "
+            "result in between (0: every run).",
+            metavar="SECONDS",
+        ),
+    ] = 0.0,
+    dcgm_record: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the last DCGM diagnostic is kept (default: in the temp folder).", metavar="FILE"
+        ),
+    ] = None,
+    gpu_devices: Annotated[
+        Path,
+        typer.Option(help="Where GPU device files are counted when NVML cannot be asked.", metavar="DIR"),
+    ] = Path("/dev"),
+    system_disks: Annotated[
+        bool, typer.Option(help="Check free space on the root, temporary and home file systems.")
+    ] = True,
     quick: Annotated[
         bool,
         typer.Option(
@@ -55,8 +77,9 @@ def health_command(
     ] = False,
 ) -> None:
     """Check this node: GPUs through NVML (count, uncorrectable ECC, pending row remaps and page
-    retirements, XIDs, temperature and throttling), DCGM diagnostics when dcgmi is installed, disk
-    space and writability, the shared directory, memory, and your own checks.
+    retirements, XIDs, temperature and throttling; without NVML, the GPU device files are counted),
+    DCGM diagnostics when dcgmi is installed, free space on the root, temporary and home file
+    systems, each --path's space and writability, the shared directory, memory, and your own checks.
 
     Exit status: 0 when every check passes or warns, 1 when one fails. Set HYPERSCOPE_HEALTH_FAULTS
     to a JSON file to rehearse failures (see docs/resilience.md).
@@ -70,6 +93,10 @@ def health_command(
         shared=shared,
         checks_dir=None if quick else checks_dir,
         dcgm=not quick,
+        dcgm_every_s=dcgm_every,
+        dcgm_record=dcgm_record,
+        gpu_devices=gpu_devices,
+        system_disks=system_disks,
     )
     try:
         report = health.run(config, node=node)

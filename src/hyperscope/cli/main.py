@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
 
+import duckdb
 import typer
 from rich.progress import (
     BarColumn,
@@ -28,6 +29,7 @@ from hyperscope import __version__
 from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cli.agent import agent_command
 from hyperscope.cli.cluster import cluster_app, submit
+from hyperscope.cli.diff import diff as diff_command
 from hyperscope.cli.health import health_command
 from hyperscope.cli.profile import precompute_for_ui
 from hyperscope.cli.profile import profile as profile_command
@@ -55,7 +57,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -155,8 +156,22 @@ def import_(
         )
         for warning in report.warnings:
             err.print(Text("warning: ", style="bold yellow") + Text(warning))
-        _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
-    precompute_for_ui(store.home, report.job.name, report.profile.id)
+        try:
+            _print_summary(summarize(store.profile(report.job.name, report.profile.id)))
+            precompute_for_ui(store.home, report.job.name, report.profile.id)
+        except (HyperscopeError, duckdb.Error, OSError) as exc:
+            if _still_there(store, report):
+                raise
+            # `hyperscope rm` (an operator's own action) removed it meanwhile: the import did its part
+            err.print(Text("warning: ", style="bold yellow") + Text(f"job {report.job.name!r} was "
+                      f"removed while this import finished (profile {report.profile.id}): {exc}"))
+
+
+def _still_there(store: Store, report: ImportReport) -> bool:
+    try:
+        return any(p.id == report.profile.id for p in store.job(report.job.name).profiles)
+    except HyperscopeError:
+        return False
 
 
 def _expand(paths: list[Path]) -> list[Path]:
@@ -378,6 +393,7 @@ def _demo_sample(home: Path, job: str, ranks: int, steps: int) -> ImportReport:
 
 app.command("profile")(profile_command)
 app.command("report")(report_command)
+app.command("diff")(diff_command)
 app.command("ui")(ui_command)
 app.command("health")(health_command)
 app.command("agent")(agent_command)

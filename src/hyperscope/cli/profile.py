@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from hyperscope.capture.config import ProfilerConfig, parse_steps
-from hyperscope.capture.launcher import run
+from hyperscope.capture.launcher import precompute, run
 from hyperscope.cli._options import HomeOption, err
 from hyperscope.errors import HyperscopeError, UsageError
 
@@ -98,11 +98,12 @@ def profile(
         result = run(command, config)
     except HyperscopeError as exc:
         _fail(str(exc).replace("ProfilerConfig.", "option "), 2 if isinstance(exc, UsageError) else 1)
-    # A command killed by a signal exits as a shell reports it: 128 + the signal's number.
+    # A command killed by a signal exits as a shell reports it: 128 + the signal's number. Whatever
+    # happened to profiling, that is the exit code: a batch script sees the training's outcome.
     code = 128 - result.returncode if result.returncode < 0 else result.returncode
     if result.job is None or result.problem:
         err.print(f"hyperscope: no profile was recorded: {result.problem}")
-        raise typer.Exit(code or 1)
+        raise typer.Exit(code)
     j = result.job
     ref = next((p for p in j.profiles if p.id == result.profile_id), None)
     events = ref.events if ref else 0
@@ -112,8 +113,12 @@ def profile(
     )
     if j.message:
         err.print(f"hyperscope: {j.message}")
-    if ref is not None and ref.events:
-        precompute_for_ui(config.home, j.name, ref.id)
+    # Asked to stop (Slurm's time limit sends SIGKILL soon after SIGTERM): exit now; the UI
+    # computes at its first look what would have been precomputed.
+    if ref is not None and ref.events and result.asked_to_stop is None:
+        problem = precompute(Path(str(config.home)), j.name, ref.id)
+        if problem:
+            err.print(f"hyperscope: {problem}")
     if code:
         raise typer.Exit(code)
 

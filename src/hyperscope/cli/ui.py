@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -33,6 +34,17 @@ def ui(
         int,
         typer.Option(min=1, help="Rows a table may have before the answer is refused (413).", metavar="N"),
     ] = 100_000,
+    certfile: Annotated[
+        Path | None,
+        typer.Option(
+            help="Serve HTTPS with this certificate (PEM), so the token and profiles are encrypted "
+            "on the network; with --keyfile. Or put a TLS reverse proxy in front.",
+            metavar="PEM",
+        ),
+    ] = None,
+    keyfile: Annotated[
+        Path | None, typer.Option(help="The certificate's private key (PEM).", metavar="PEM")
+    ] = None,
     home: HomeOption = None,
 ) -> None:
     """Serve the web UI: jobs, each profile's dashboard, filters by node, rank and steps.
@@ -43,10 +55,15 @@ def ui(
 
       hyperscope ui --host 0.0.0.0 --no-browser    # from other machines, with a token
 
+      hyperscope ui --host 0.0.0.0 --certfile cert.pem --keyfile key.pem   # the same over HTTPS
+
     Jobs still running show new data on every reload. Stop with Ctrl+C.
     """
     from hyperscope.server import serve
 
+    if (certfile is None) != (keyfile is None):
+        err.print(Text("error: ", style="bold red") + Text("--certfile and --keyfile go together"))
+        raise typer.Exit(2)
     try:
         serve(
             home if home is not None else default_home(),
@@ -56,6 +73,7 @@ def ui(
             query_timeout_s=query_timeout,
             max_rows=max_rows,
             announce=_say,
+            tls=(certfile, keyfile) if certfile is not None and keyfile is not None else None,
         )
     except (HyperscopeError, OSError) as exc:
         err.print(Text("error: ", style="bold red") + Text(str(exc)))

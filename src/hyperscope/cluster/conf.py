@@ -100,14 +100,17 @@ def gres_conf(spec: ClusterSpec, state: ClusterState, *, real: bool = False) -> 
     return "\n".join(out) + "\n" if out else ""
 
 
-def fake_gpus(spec: ClusterSpec, state: ClusterState) -> None:
+def fake_gpus(spec: ClusterSpec, state: ClusterState, *, only: str | None = None) -> None:
+    """Every GPU node's devices (``only``: one node's, as a re-created node gets them back)."""
     gpus = {g.name: g.gpus_per_node for g in spec.groups}
     for n in state.nodes:
-        if n.slurm and gpus[n.group]:
+        if n.slurm and gpus[n.group] and only in (None, n.name):
             devs = Path(state.dir) / "dev" / n.name
             devs.mkdir(parents=True, exist_ok=True)
             for i in range(gpus[n.group]):
-                os.mknod(devs / f"nvidia{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # same as /dev/null
+                dev = devs / f"nvidia{i}"
+                if not dev.exists():
+                    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # same as /dev/null
 
 
 def resource_config(state: ClusterState) -> str:

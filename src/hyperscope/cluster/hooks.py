@@ -32,21 +32,86 @@ def auto_resume_log(state: ClusterState) -> Path:
 
 
 def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sys.executable) -> str:
+    """One periodic check per node at a time (``flock -n``: the next interval's exits 0 at once
+    instead of piling up behind a slow one; Prologs wait their turn, so every job's nodes are
+    checked, without overlapping each other); each
+    node's expected GPU count from its group; the spec's folder of user checks; DCGM's diagnostic
+    at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so ``delete``
+    stops a check still running. It is also the agent's watchdog: run by every slurmd every few
+    seconds, it starts the agent again when none holds the agent's lock (the agent, in turn,
+    restarts slurmctld and munged)."""
     q = shlex.quote
     spool = Path(state.run_dir) / "spool"
+    r = spec.recovery
+    groups = {g.name: g for g in spec.groups}
+    by_gpus: dict[int, list[str]] = {}
+    for n in state.nodes:
+        if n.slurm and groups[n.group].gpus_per_node:
+            by_gpus.setdefault(groups[n.group].gpus_per_node, []).append(n.name)
+    cases = "".join(f"  {'|'.join(names)}) gpus={k} ;;\n" for k, names in sorted(by_gpus.items()))
+    checks = f" --checks-dir {q(str(r.health_checks_dir))}" if r.health_checks_dir else ""
+    devices = q(str(Path(state.dir) / "dev"))
+    home = Path(state.dir).parents[1]
+    watchdog = (
+        f"""# the agent's watchdog: none holds its lock (it died) -> start one (a second one exits at once)
+d={q(state.dir)}
+if grep -qs '"status": "InService"' "$d/cluster.json" && flock -n "$d/agent.lock" true; then
+    setsid {q(python)} -m hyperscope agent --cluster {q(state.name)} --home {q(str(home))} \\
+        >>"$d/log/agent.out" 2>&1 </dev/null &
+fi
+"""
+        if r.agent
+        else ""
+    )
     return f"""#!/bin/bash
 # Written by hyperscope for cluster {state.name}: Slurm's HealthCheckProgram. Slurm gives it only
 # SLURMD_NODENAME, so everything else is set here.
 node=${{SLURMD_NODENAME:?SLURMD_NODENAME is not set}}
 export SLURM_CONF={q(state.slurm_conf)}
 export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_dir)}
+export HYPERSCOPE_CLUSTER_DIR={q(state.dir)}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+spool={q(str(spool))}/"$node"
+{watchdog}# never two periodic checks of one node at once: a second one exits at once, the one running now
+# answers for both. Prologs (SLURM_JOB_ID set) queue up instead: each job's nodes are checked.
+locks={q(str(Path(state.run_dir) / "locks"))}
+if [ -n "${{SLURM_JOB_ID:-}}" ]; then
+    mkdir -p "$locks" && exec 9>>"$locks/prolog-$node" && flock -w 120 9
+else
+    mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" && {{ flock -n 9 || exit 0; }}
+fi
 faults={q(str(faults_dir(state)))}/$node.json
 if [ -e "$faults" ]; then export HYPERSCOPE_HEALTH_FAULTS="$faults"; else unset HYPERSCOPE_HEALTH_FAULTS; fi
+gpus=0
+case "$node" in
+{cases}esac
+expect=""; [ "$gpus" -gt 0 ] && expect="--expect-gpus $gpus --gpu-devices {devices}/$node"
 # As the Prolog (Slurm sets SLURM_JOB_ID) only the quick checks: it runs before every job.
 quick=""; [ -n "${{SLURM_JOB_ID:-}}" ] && quick=--quick
-exec {q(python)} -m hyperscope health --drain --node "$node" $quick \\
-    --path {q(str(spool))}/"$node" --min-free-gib 0.1 --shared {q(state.shared_dir)} >/dev/null
+exec {q(python)} -m hyperscope health --drain --node "$node" $quick $expect{checks} \\
+    --dcgm-every {r.dcgm_interval_s} --dcgm-record "$spool/.dcgm-diag.json" \\
+    --path "$spool" --min-free-gib 0.1 --shared {q(state.shared_dir)} >/dev/null
+"""
+
+
+TASK_PROLOG = "taskprolog.sh"
+
+
+def task_prolog(state: ClusterState) -> str:
+    """Slurm's TaskProlog: what it prints as ``export NAME=value`` is set in every task, so a job
+    submitted with plain sbatch gets what ``hyperscope submit`` gives its jobs (unless the job set
+    them itself): heartbeats where the agent watches them (hang detection for every job that calls
+    ``hyperscope.step()``) and a checkpoint folder of its own on the shared directory, the same
+    across its requeues (the job id stays; the cluster's creation time keeps a re-created
+    cluster's job 1 from resuming an old job 1's checkpoints)."""
+    shared = Path(state.shared_dir)
+    beats = shared / "hyperscope" / "heartbeats"
+    ckpt = shared / "checkpoints" / f"{state.name}-{int(state.created)}-job"
+    return f"""#!/bin/bash
+# Written by hyperscope for cluster {state.name}: Slurm's TaskProlog (runs before every task).
+[ -n "${{HYPERSCOPE_HEARTBEAT_DIR:-}}" ] || echo "export HYPERSCOPE_HEARTBEAT_DIR={beats}"
+[ -n "${{HYPERSCOPE_CHECKPOINT_DIR:-}}" ] || echo "export HYPERSCOPE_CHECKPOINT_DIR={ckpt}${{SLURM_JOB_ID:-}}"
+exit 0
 """
 
 
@@ -59,11 +124,15 @@ def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
     wrapper = etc / WRAPPER
     wrapper.write_text(healthcheck_wrapper(spec, state))
     wrapper.chmod(0o755)
+    prolog = etc / TASK_PROLOG
+    prolog.write_text(task_prolog(state))
+    prolog.chmod(0o755)
     lines = [
         f"HealthCheckProgram={wrapper}",
         f"HealthCheckInterval={spec.recovery.health_check_interval}",
         "HealthCheckNodeState=ANY",
         f"Prolog={wrapper}",
+        f"TaskProlog={prolog}",
     ]
     try:
         plugin = spank.build(Path(state.dir) / "lib")

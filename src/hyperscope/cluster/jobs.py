@@ -149,16 +149,27 @@ class Synced:
     live: dict[int, Job]  # what slurmctld said, by job id
 
 
-def sync(state: ClusterState, slurm: Slurm, *, link: tuple[int, str] | None = None) -> Synced:
+def sync(
+    state: ClusterState, slurm: Slurm, *, link: tuple[int, str] | None = None, settle_s: float = 0.0
+) -> Synced:
     """Upsert every job slurmctld knows into the cluster's catalog; ``link`` (job id, reserved
-    name) joins a job just submitted to its reserved entry."""
+    name) joins a job just submitted to its reserved entry. ``settle_s`` (the agent's): a job
+    submitted less than this long ago is left to ``submit``'s own sync, which alone knows the
+    entry it reserved (synced first, it would get a second entry)."""
     asked_ns = time.time_ns()
     live = slurm.jobs()
     key = cluster_key(state)
     with Store(store_home(state)) as store:
         cat = store.catalog
         seen = {j.id for j in live}
+        if link:  # an entry the agent's sync made for this job before submit could link it
+            early = cat.slurm_jobs(key).get(link[0])
+            if early is not None and early.name != link[1] and not early.profiles:
+                cat.remove(early.name)
         for job in live:
+            submitted = slurm_time_ns(job.fields.get("SubmitTime", "")) or 0
+            if settle_s and asked_ns - submitted < settle_s * 1e9:
+                continue
             _upsert(cat, key, state.name, job, link[1] if link and link[0] == job.id else None)
         if link and link[0] not in seen:  # sbatch said yes, slurmctld has not listed it yet
             cat.upsert_slurm_job(

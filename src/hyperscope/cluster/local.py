@@ -109,11 +109,21 @@ class LocalProvider:
             if old.spec_digest != spec_digest(spec) and old.status != "Failed":
                 raise ClusterError(
                     f"cluster {spec.name!r} exists with another spec ({old.spec_path}); "
-                    f"`hyperscope cluster delete {spec.name}` first"
+                    f"`hyperscope cluster delete {spec.name}` first, or `create --replace`"
                 )
             if old.status == "InService" and all(alive(p) for p in old.procs):
                 say("*", "already in service")
                 return old
+            dead = sorted({p.role for p in old.procs if not alive(p)})
+            if old.status != "Failed" and any(alive(p) for p in old.procs):
+                # never tear down a cluster that still runs (and may run jobs) without being asked
+                raise ClusterError(
+                    f"cluster {spec.name!r} exists ({old.status}"
+                    + (f"; not running: {', '.join(dead)}" if dead else "")
+                    + "): the agent restarts its dead daemons by itself; "
+                    "`hyperscope cluster create --replace` tears it down and creates it anew, "
+                    "stopping its running jobs"
+                )
             self._teardown(old)
         why = missing_requirements()
         if why:
@@ -237,6 +247,29 @@ class LocalProvider:
             say(state.controller, "starting the recovery agent")
             self.start_agent(state)
 
+    def restart_controller(self, state: ClusterState) -> list[str]:
+        """Start again whichever of munged and slurmctld has died (the agent's watchdog): slurmctld
+        without ``-c``, so it recovers its jobs and nodes from StateSaveLocation and running jobs go
+        on. The roles restarted."""
+        dead = [p for p in state.procs if p.role in ("munged", "slurmctld") and not alive(p)]
+        roles = [p.role for p in dead]
+        state.procs = [p for p in state.procs if p not in dead]
+        m = Path(state.run_dir) / "munge"
+        if "munged" in roles:
+            (m / "munge.sock").unlink(missing_ok=True)
+            self._popen(
+                state, "munged",
+                ["munged", "-F", "--force", f"--socket={m / 'munge.sock'}", f"--key-file={m / 'munge.key'}",
+                 f"--pid-file={m / 'munged.pid'}", f"--seed-file={m / 'munged.seed'}"],
+                "munged.out",
+            )  # fmt: skip
+            self._wait(lambda: (m / "munge.sock").exists(), 10, "munged did not restart", state, "munged.out")
+        if "slurmctld" in roles:
+            self._popen(state, "slurmctld", ["slurmctld", "-D", "-f", state.slurm_conf], "slurmctld.out")
+            slurm = Slurm(Path(state.slurm_conf))
+            self._wait(slurm.ping, 30, "slurmctld did not restart", state, "slurmctld.log")
+        return roles
+
     def start_agent(self, state: ClusterState) -> Proc:
         """``hyperscope agent`` on the controller: one more tracked daemon, stopped first by delete."""
         argv = [
@@ -340,19 +373,10 @@ class LocalProvider:
         """The agent (so it replaces nothing meanwhile), slurmds, then their slurmstepds and job
         tasks, then slurmctld, then munged."""
         stop([p for p in state.procs if p.role == "agent"])
-        daemons = {p.pid for p in state.procs}
-        strays = processes_with_env([f"{MARKER}={state.dir}"]) + processes_with_env(
-            [f"SLURM_CONF={state.slurm_conf}"], require="SLURM_JOB_ID"
-        )
-        order = ("slurmd", "stray", "slurmctld", "munged")
-        # children of our daemons (slurmctld's slurmscriptd) stop with their parent
-        extra = [
-            Proc("stray", pid, t)
-            for pid in set(strays) - daemons
-            if (t := start_time(pid)) is not None and _parent(pid) not in daemons
-        ]
-        by_role = {r: [p for p in [*state.procs, *extra] if p.role == r] for r in order}
-        stop([*by_role["slurmd"], *by_role["stray"]])
+        by_role = {r: [p for p in state.procs if p.role == r] for r in ("slurmd", "slurmctld", "munged")}
+        stop([*by_role["slurmd"], *self._strays(state)])
+        # a health check or agent slurmd started while the first sweep ran: one more
+        stop(self._strays(state))
         stop(by_role["slurmctld"])
         stop(by_role["munged"])
         state.procs = []
@@ -364,6 +388,20 @@ class LocalProvider:
             shutil.rmtree(state.dir, ignore_errors=True)
         else:
             state.save()
+
+    def _strays(self, state: ClusterState) -> list[Proc]:
+        """Everything that carries the cluster's marker (slurmstepds, job tasks, health checks, a
+        restarted agent) but is not slurmctld, munged or their children (slurmscriptd stops with
+        slurmctld)."""
+        keep = {p.pid for p in state.procs if p.role in ("slurmctld", "munged")}
+        found = processes_with_env([f"{MARKER}={state.dir}"]) + processes_with_env(
+            [f"SLURM_CONF={state.slurm_conf}"], require="SLURM_JOB_ID"
+        )
+        return [
+            Proc("stray", pid, t)
+            for pid in set(found) - keep
+            if (t := start_time(pid)) is not None and _parent(pid) not in keep and pid != os.getpid()
+        ]
 
 
 def _parent(pid: int) -> int | None:

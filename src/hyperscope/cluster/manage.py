@@ -48,9 +48,40 @@ def _slurm(state: ClusterState) -> Slurm:
     return ssh.slurm_for(state) if state.provider == "ssh" else Slurm(Path(state.slurm_conf))
 
 
-def create(spec_file: Path, home: Path, progress: Progress | None = None) -> ClusterState:
+def create(
+    spec_file: Path, home: Path, progress: Progress | None = None, *, replace: bool = False
+) -> ClusterState:
+    """Bring the spec up. A cluster of that name that is still running is refused (the same spec
+    in service is returned unchanged) unless ``replace``: then it is deleted first — its running
+    jobs stopped, and said so through ``progress`` — and its agent.log kept in the new cluster's
+    ``log/`` folder."""
     spec: ClusterSpec = load_spec(spec_file)
-    return provider_for(spec.provider, home).create(spec, progress)
+    d = clusters_dir(home) / spec.name
+    kept = ""
+    if replace and (d / "cluster.json").is_file():
+        say = progress or (lambda node, step: None)
+        old = ClusterState.load(d)
+        try:
+            ctld = any(p.role == "slurmctld" and alive(p) for p in old.procs) or old.provider != "local"
+            # recorded first (the agent, which syncs, may be the daemon that died): then the
+            # delete below marks them Stopped
+            live = list(jobs.sync(old, _slurm(old)).live.values()) if ctld else []
+        except HyperscopeError:
+            live = []
+        running = [j for j in live if j.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING)]
+        if running:
+            ids = ", ".join(f"{j.id} ({j.name}, {j.state.lower()})" for j in running)
+            say("*", f"replacing the cluster: stopping its {len(running)} unfinished job(s): {ids}")
+        else:
+            say("*", "replacing the cluster (no job running)")
+        old_log = d / "agent.log"
+        kept = old_log.read_text() if old_log.is_file() else ""
+        delete(spec.name, home)
+        kept_name = f"agent-{int(old.created)}.log"
+    state = provider_for(spec.provider, home).create(spec, progress)
+    if kept:
+        (Path(state.dir) / "log" / kept_name).write_text(kept)
+    return state
 
 
 def load(name: str, home: Path) -> ClusterState:
@@ -171,18 +202,33 @@ def list_nodes(name: str, home: Path) -> list[NodeRow]:
 MARKS = {"replace": "Action:Replace", "reboot": "Action:Reboot"}
 
 
-def mark_node(name: str, home: Path, node: str, action: str) -> str:
-    """Ask the agent to replace or reboot ``node``: Slurm state FAIL with the reason
-    ``Action:Replace``/``Action:Reboot`` (the node stops taking jobs at once). The command run."""
+def mark_node(name: str, home: Path, node: str, action: str, *, now: bool = False) -> str:
+    """Ask the agent to replace or reboot ``node`` with the reason ``Action:Replace`` /
+    ``Action:Reboot``, as HyperPod users mark nodes: Slurm state FAIL, so the node takes no new
+    job and the agent acts once its running jobs end; ``now``: state DOWN, so its jobs are
+    requeued at once and the agent acts at once. The command run."""
     state = load(name, home)
     n = state.node(node)
     if not n.slurm:
         raise ClusterError(f"node {node} of cluster {name!r} runs no slurmd ({n.role}); nothing to {action}")
     if action not in MARKS:
         raise ClusterError(f"unknown node action {action!r}; use replace or reboot")
-    argv = ("scontrol", "update", f"nodename={node}", "state=fail", f"reason={MARKS[action]}")
+    argv = (
+        "scontrol",
+        "update",
+        f"nodename={node}",
+        f"state={'down' if now else 'fail'}",
+        f"reason={MARKS[action]}",
+    )
     _slurm(state).run(*argv)
     return " ".join(argv)
+
+
+def jobs_on(name: str, home: Path, node: str) -> list[int]:
+    """Ids of the jobs running (or starting, or ending) on ``node`` now."""
+    state = load(name, home)
+    running = [j for j in _slurm(state).jobs() if j.state in ("RUNNING", "CONFIGURING", "COMPLETING")]
+    return [j.id for j in running if j.nodes and node in jobs.expand_hostlist(j.nodes)]
 
 
 def shell_env(name: str, home: Path, node: str | None = None) -> tuple[dict[str, str], Path]:

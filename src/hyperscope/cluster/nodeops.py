@@ -17,7 +17,7 @@ import signal
 import time
 from pathlib import Path
 
-from hyperscope.cluster import hooks
+from hyperscope.cluster import conf, hooks
 from hyperscope.cluster.local import MARKER, NODE_MARKER, LocalProvider
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import load_spec
@@ -117,6 +117,7 @@ def recreate(provider: LocalProvider, state: ClusterState, node: NodeState) -> N
     # new hardware: a fault rehearsed on the old node (its fault file) is gone with it
     (hooks.faults_dir(state) / f"{node.name}.json").unlink(missing_ok=True)
     spec = load_spec(state.spec_path)
+    conf.fake_gpus(spec, state, only=node.name)  # new hardware: all its GPUs there again
     provider.run_on_create(spec, state, node)
     t0 = time.time()
     provider.start_slurmd(state, node)

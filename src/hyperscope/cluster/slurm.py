@@ -131,6 +131,36 @@ class Node:
         return "+".join((self.state, *self.flags)).lower()
 
 
+#: Reasons Slurm gives by itself to a node it sets DOWN or DRAIN (lower-case prefixes): a node with
+#: one of these was not taken out by a person.
+SLURM_REASONS = (
+    "not responding",
+    "node unexpectedly rebooted",
+    "kill task failed",
+    "prolog error",
+    "prolog failed",
+    "epilog error",
+    "batch job complete failure",
+    "low realmemory",
+    "low cpus",
+    "low socket",
+    "low tmpdisk",
+    "gres/",
+    "duplicate jobid",
+    "no network address",
+    "slurmdspooldir is full",
+    "reboot",
+)
+
+
+def operator_reason(reason: str) -> bool:
+    """Whether a node's Slurm reason was written by a person: not empty, not hyperscope's own
+    (``hyperscope: …`` from the health check, ``hyperscope agent: …``, the ``Action:`` marks) and
+    not one Slurm gives by itself."""
+    r = reason.strip().lower()
+    return bool(r) and not r.startswith(("hyperscope", "action:", *SLURM_REASONS))
+
+
 @dataclass(frozen=True, slots=True)
 class SinfoRow:
     node: str

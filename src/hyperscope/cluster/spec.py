@@ -84,6 +84,13 @@ class RecoverySettings:
     #: hung-job requeues before the agent stops the job instead
     max_attempts: int = 3
     max_reboots: int = 1
+    #: the brake on automatic replacements: at most this many in any ``replacement_window_s`` s
+    max_replacements: int = 4
+    replacement_window_s: int = 600
+    #: a folder of the user's own health checks (executables), run by every periodic check
+    health_checks_dir: Path | None = None
+    #: seconds between DCGM diagnostics (``dcgmi diag -r 1``) on a node; not in every check
+    dcgm_interval_s: int = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,11 +259,21 @@ def _recovery(src: Path, raw: object) -> RecoverySettings:
         "hang_timeout_s": (2, 7 * 86400),
         "max_attempts": (0, 100),
         "max_reboots": (0, 100),
+        "max_replacements": (0, 100_000),
+        "replacement_window_s": (1, 7 * 86400),
+        "dcgm_interval_s": (60, 30 * 86400),
     }
     values: dict[str, Any] = {
         k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
         for k, (lo, hi) in limits.items()
     }
+    if d.get("health_checks_dir") is not None:
+        checks = _dir(src, "recovery.health_checks_dir", d["health_checks_dir"])
+        if not checks.is_dir():
+            raise SpecError(
+                src, "recovery.health_checks_dir", f"no such folder: {checks}", d["health_checks_dir"]
+            )
+        values["health_checks_dir"] = checks
     return RecoverySettings(agent=agent, **values)
 
 

@@ -29,6 +29,7 @@ def run(config: HealthConfig | None = None, *, node: str | None = None) -> Healt
         checks.gpu_checks,
         checks.dcgm_check,
         checks.disk_checks,
+        checks.system_disk_checks,
         checks.shared_check,
         checks.memory_check,
         checks.user_checks,
@@ -48,9 +49,20 @@ def run(config: HealthConfig | None = None, *, node: str | None = None) -> Healt
 
 
 def drain(report: HealthReport, *, scontrol: str = "scontrol") -> str | None:
-    """Drain this node in Slurm with the first failure as the reason; the command run, or None."""
+    """Drain this node in Slurm with the first failure as the reason; the command run, or None.
+    A node an operator already took out of service (DOWN, DRAIN or FAIL with a reason of their
+    own) keeps their reason: it is theirs to act on, and the agent leaves such a node alone."""
     if report.status is not Status.FAIL:
         return None
+    from hyperscope.cluster.slurm import operator_reason, parse_show_node
+
+    shown = subprocess.run(
+        [scontrol, "show", "node", report.node, "-o"], capture_output=True, text=True, timeout=60
+    )
+    for n in parse_show_node(shown.stdout) if shown.returncode == 0 else []:
+        out = {"DOWN", "DRAIN", "FAIL"}.intersection((n.state, *n.flags))
+        if out and operator_reason(n.reason):
+            return None
     argv = [scontrol, "update", f"nodename={report.node}", "state=drain", f"reason={report.drain_reason()}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:

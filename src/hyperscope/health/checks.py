@@ -5,9 +5,13 @@ retirement or row remapping is fixed by a reboot (the driver applies them at loa
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,11 +34,19 @@ class HealthConfig:
     user_check_timeout_s: float = 60.0
     min_memory_available_pct: float = 5.0
     dcgm: bool = True  # run `dcgmi diag -r 1` when dcgmi is installed
+    #: at most one DCGM diagnostic per this many seconds (0: every run); in between, the last
+    #: result (kept in ``dcgm_record``) is reported with its age
+    dcgm_every_s: float = 0.0
+    dcgm_record: Path | None = None
+    #: the root, temporary and home file systems: free space, even when no ``paths`` are named
+    system_disks: bool = True
+    #: where GPU device files (``nvidiaN``) are counted when NVML cannot be asked
+    gpu_devices: Path = Path("/dev")
     faults: dict[str, Any] = field(default_factory=dict)
 
 
 def gpu_checks(config: HealthConfig) -> list[CheckResult]:
-    readings, why = sources.read_gpus(config.faults)
+    readings, why = sources.read_gpus(config.faults, config.gpu_devices)
     if readings is None:
         if config.expect_gpus:
             return [
@@ -55,11 +67,8 @@ def gpu_checks(config: HealthConfig) -> list[CheckResult]:
         out.extend(_one_gpu(gpu))
     if not out or all(r.status is Status.PASS for r in out):
         names = sorted({g.name for g in readings if g.name})
-        out.append(
-            CheckResult(
-                "gpu", Status.PASS, f"{len(readings)} GPU(s) healthy {names if names else ''}".strip()
-            )
-        )
+        healthy = f"{len(readings)} GPU(s) healthy {names if names else ''}".strip()
+        out.append(CheckResult("gpu", Status.PASS, f"{healthy} ({why})" if why else healthy))
     return out
 
 
@@ -145,6 +154,36 @@ def disk_checks(config: HealthConfig) -> list[CheckResult]:
     return out
 
 
+def system_disk_checks(config: HealthConfig) -> list[CheckResult]:
+    """The root, temporary and home file systems, each once (``disk:/``, ``disk:/tmp`` ... only
+    when on a file system of its own): a full one breaks a node whatever its job's paths are.
+    Free space only; writability is the named ``paths``' check (a read-only root is legitimate)."""
+    if not config.system_disks:
+        return []
+    out = []
+    seen = {_device(p) for p in config.paths}
+    for path in (Path("/"), Path(tempfile.gettempdir()), Path.home()):
+        dev = _device(path)
+        if dev is None or dev in seen:
+            continue
+        seen.add(dev)
+        free = sources.disk_free_bytes(path, config.faults)
+        if free < config.min_free_bytes:
+            need = config.min_free_bytes / GIB
+            reason = f"{free / GIB:.2f} GiB free, at least {need:.2f} GiB needed"
+            out.append(CheckResult(f"disk:{path}", Status.FAIL, reason, Action.REPLACE))
+        else:
+            out.append(CheckResult(f"disk:{path}", Status.PASS, f"{free / GIB:,.1f} GiB free"))
+    return out
+
+
+def _device(path: Path) -> int | None:
+    try:
+        return path.stat().st_dev
+    except OSError:
+        return None
+
+
 def _write_probe(path: Path) -> str:
     probe = path / f".hyperscope-health-{uuid.uuid4().hex}"
     try:
@@ -186,15 +225,32 @@ def memory_check(config: HealthConfig) -> list[CheckResult]:
 
 
 def dcgm_check(config: HealthConfig) -> list[CheckResult]:
+    """``dcgmi diag -r 1`` (up to minutes) at most once per ``dcgm_every_s``: the periodic check
+    runs every few seconds, so in between it reports the last diagnostic's result and age."""
     dcgmi = shutil.which("dcgmi")
     if not config.dcgm or dcgmi is None:
         return []
+    record = config.dcgm_record or Path(tempfile.gettempdir()) / "hyperscope-dcgm-diag.json"
+    if config.dcgm_every_s > 0:
+        try:
+            last = json.loads(record.read_text())
+            age = time.time() - float(last["time"])
+            if 0 <= age < config.dcgm_every_s:
+                reason = f"{last['reason']} ({age:.0f} s ago; next in {config.dcgm_every_s - age:.0f} s)"
+                return [CheckResult("dcgm", Status(last["status"]), reason, Action(last["action"]))]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none yet, or unreadable: run it
     done = subprocess.run([dcgmi, "diag", "-r", "1"], capture_output=True, text=True, timeout=300)
     failed = [line.strip() for line in done.stdout.splitlines() if "Fail" in line]
     if done.returncode != 0 or failed:
         detail = failed[0] if failed else (done.stderr.strip() or f"exit {done.returncode}")[:160]
-        return [CheckResult("dcgm", Status.FAIL, f"dcgmi diag -r 1: {detail}", Action.REPLACE)]
-    return [CheckResult("dcgm", Status.PASS, "dcgmi diag -r 1 passed")]
+        result = CheckResult("dcgm", Status.FAIL, f"dcgmi diag -r 1: {detail}", Action.REPLACE)
+    else:
+        result = CheckResult("dcgm", Status.PASS, "dcgmi diag -r 1 passed")
+    if config.dcgm_every_s > 0:
+        with contextlib.suppress(OSError):  # unrecorded: the next run diagnoses again, never wrong
+            record.write_text(json.dumps({"time": time.time(), **result.to_dict()}))
+    return [result]
 
 
 def user_checks(config: HealthConfig) -> list[CheckResult]:

@@ -51,9 +51,15 @@ def load_faults() -> dict[str, Any]:
     return data
 
 
-def read_gpus(faults: dict[str, Any]) -> tuple[list[GpuReading] | None, str]:
-    """Every GPU's reading, or ``None`` and why when NVML cannot be used (no GPU here)."""
+def read_gpus(faults: dict[str, Any], devices: Path | None = None) -> tuple[list[GpuReading] | None, str]:
+    """Every GPU's reading, or ``None`` and why when NVML cannot be used (no GPU here). Without
+    NVML, the GPU device files in ``devices`` (``nvidia0``...) are counted, so a missing GPU is
+    still seen; their readings are then empty, and ``why`` says so."""
     readings, why = _nvml_readings()
+    if readings is None and devices is not None:
+        found = sorted(p for p in _glob(devices, "nvidia*") if p.name[6:].isdigit())
+        if found:
+            readings, why = [GpuReading(i) for i in range(len(found))], f"device files in {devices}; {why}"
     if "gpu_count" in faults:
         count = int(faults["gpu_count"])
         readings = (readings or [])[:count] + [GpuReading(i) for i in range(len(readings or []), count)]
@@ -125,6 +131,13 @@ def _reading(nvml: Any, index: int) -> GpuReading:
         ),
         throttle=throttle,
     )
+
+
+def _glob(folder: Path, pattern: str) -> list[Path]:
+    try:
+        return list(folder.glob(pattern))
+    except OSError:
+        return []
 
 
 def disk_free_bytes(path: Path, faults: dict[str, Any]) -> int:

@@ -13,24 +13,49 @@ changes happen under the cluster's lock, so ``delete`` never races a replacement
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hyperscope.cluster import jobs as catalog_jobs
 from hyperscope.cluster import nodeops
 from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError
-from hyperscope.cluster.state import ClusterError, ClusterState, cluster_lock, clusters_dir
+from hyperscope.cluster.state import (
+    ClusterError,
+    ClusterState,
+    Proc,
+    alive,
+    cluster_lock,
+    clusters_dir,
+    start_time,
+)
+from hyperscope.errors import HyperscopeError
 from hyperscope.recovery import heartbeat
-from hyperscope.recovery.decide import Action, JobView, Kind, NodeView, Policy, decide_jobs, decide_nodes
+from hyperscope.recovery.decide import (
+    PASSIVE,
+    Action,
+    JobView,
+    Kind,
+    NodeView,
+    Policy,
+    decide_daemons,
+    decide_jobs,
+    decide_nodes,
+)
 
 LOG = "agent.log"
 BUSY_INTERVAL_S = 0.2
+#: a job this young is left to ``submit``'s own catalog sync (it knows the entry it reserved)
+SYNC_SETTLE_S = 10.0
 #: after a node comes back, how long its "not responding" flag is ignored (notes: idle* for ~1 s)
 SETTLE_S = 10.0
 
@@ -49,7 +74,13 @@ def read_log(cluster_dir: Path) -> list[dict[str, Any]]:
     path = cluster_dir / LOG
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a crash mid-write
+    return records
 
 
 @dataclass
@@ -72,6 +103,14 @@ class Agent:
     busy: bool = False
     #: node -> until when Slurm's "not responding" is not believed (it just came back)
     settling: dict[str, float] = field(default_factory=dict)
+    #: node -> since when Slurm has said NOT_RESPONDING without a break (a flicker is not a failure)
+    silent_since: dict[str, float] = field(default_factory=dict)
+    #: when each automatic replacement started (the rate limit's window); None: not read from the log yet
+    replaced_at: list[float] | None = None
+    #: node -> the passive decision (wait, leave, hold) last logged for it: logged once, not every pass
+    noted: dict[str, str] = field(default_factory=dict)
+    #: what the jobs catalog was last synced from: (job, state, restarts) of every job Slurm knows
+    synced: tuple[tuple[int, str, int], ...] | None = None
 
     @property
     def dir(self) -> Path:
@@ -92,16 +131,30 @@ class Agent:
         state = self._state()
         if state.status not in ("InService", "Updating"):
             return []
+        restarts = self.supervise(state)
         slurm = Slurm(Path(state.slurm_conf))
         try:
             live = slurm.nodes()
             jobs = slurm.jobs()
         except SlurmError:
-            return []  # slurmctld busy or restarting: the next pass sees it
+            return restarts  # slurmctld busy or restarting: the next pass sees it
+        self.sync_catalog(state, slurm, jobs)
         views = self.node_views(state, live)
-        actions = decide_nodes(views, {}, self.policy)
+        actions = decide_nodes(views, {}, self.policy, recent_replacements=self.recent_replacements())
         actions += decide_jobs(self.job_views(state, jobs), self.policy)
+        passive = {a.nodes[0]: str(a) for a in actions if a.kind in PASSIVE}
+        for node in [n for n in self.noted if n not in passive]:
+            del self.noted[node]
         for action in actions:
+            if action.kind in PASSIVE:
+                if self.noted.get(action.nodes[0]) != str(action):
+                    self.noted[action.nodes[0]] = str(action)
+                    self.log({"kind": action.kind.value, "nodes": list(action.nodes), "job": None,
+                              "phase": "decided", "reason": action.reason})  # fmt: skip
+                continue
+            if action.kind is Kind.REPLACE and not action.reason.startswith("operator marked it"):
+                assert self.replaced_at is not None
+                self.replaced_at.append(self.clock())
             self.apply(action)
         self.release_requeued(slurm, jobs)
         self.busy = any(
@@ -110,6 +163,83 @@ class Agent:
             for j in jobs
         ) or any(w.is_alive() for w in self.workers)
         return actions
+
+    def supervise(self, state: ClusterState) -> list[Action]:
+        """The watchdog of the controller's daemons: munged or slurmctld gone is started again
+        (slurmctld recovers its jobs from its saved state), so a killed slurmctld does not leave
+        the cluster unable to schedule or to finish its jobs."""
+        dead = [p for p in state.procs if p.role in ("munged", "slurmctld") and not alive(p)]
+        if not dead or state.provider != "local":
+            return []
+        dead.sort(key=lambda p: p.role != "munged")
+        (action,) = decide_daemons([(p.role, p.pid) for p in dead])
+        base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": None}
+        self.log({**base, "phase": "decided", "reason": action.reason})
+        t0 = self.clock()
+        try:
+            with cluster_lock(self.home, self.name):
+                fresh = self._state()
+                if fresh.status in ("InService", "Updating"):
+                    LocalProvider(self.home).restart_controller(fresh)
+        except (ClusterError, SlurmError, OSError) as exc:
+            self.log({**base, "phase": "failed", "error": str(exc), "seconds": round(self.clock() - t0, 3)})
+            return [action]
+        self.log({**base, "phase": "done", "seconds": round(self.clock() - t0, 3)})
+        return [action]
+
+    def sync_catalog(self, state: ClusterState, slurm: Slurm, jobs: list[Job]) -> None:
+        """Bring the jobs catalog up to date whenever a job changed state, appeared or was
+        forgotten: an entry never stays InProgress because nobody ran ``describe``."""
+        now_ns = int(self.clock() * 1e9)
+        young = any(
+            now_ns - (catalog_jobs.slurm_time_ns(j.fields.get("SubmitTime", "")) or 0) < SYNC_SETTLE_S * 1e9
+            for j in jobs
+        )  # synced again once they are old enough to be ours to record
+        seen = tuple(sorted((j.id, j.state, j.restarts) for j in jobs))
+        if seen == self.synced:
+            return
+        try:
+            catalog_jobs.sync(state, slurm, settle_s=SYNC_SETTLE_S)
+        except HyperscopeError as exc:
+            self.log({"kind": "sync", "nodes": [], "job": None, "phase": "failed", "error": str(exc)})
+            return
+        self.synced = None if young else seen
+
+    def register(self) -> bool:
+        """Record this process as the cluster's agent (a restarted one replaces the dead one's
+        record), so ``delete`` stops it and ``create`` sees the cluster whole; False when the
+        cluster is gone or not in service (nothing to watch)."""
+        me = start_time(os.getpid())
+        with cluster_lock(self.home, self.name):
+            if not (self.dir / "cluster.json").is_file():
+                return False
+            state = self._state()
+            if state.status not in ("InService", "Updating"):
+                return False
+            if me is not None:
+                state.procs = [p for p in state.procs if p.role != "agent"]
+                state.procs.append(Proc("agent", os.getpid(), me))
+                state.save()
+        why = f"agent started (pid {os.getpid()})"
+        self.log({"kind": "start", "nodes": [], "job": None, "phase": "done", "reason": why})
+        return True
+
+    def recent_replacements(self) -> int:
+        """Automatic replacements started within the rate limit's window (an operator's own
+        ``Action:Replace`` does not count); read from agent.log once, so a restarted agent
+        keeps the brake."""
+        now = self.clock()
+        if self.replaced_at is None:
+            self.replaced_at = [
+                float(r["time"])
+                for r in read_log(self.dir)
+                if r.get("kind") == "replace"
+                and r.get("phase") == "decided"
+                and not str(r.get("reason", "")).startswith("operator marked it")
+            ]
+        window = self.policy.replacement_window_s
+        self.replaced_at = [t for t in self.replaced_at if now - t < window]
+        return len(self.replaced_at)
 
     def node_views(self, state: ClusterState, live: list[Node]) -> list[NodeView]:
         by_name = {n.name: n for n in live}
@@ -121,6 +251,10 @@ class Agent:
             if s.available and not s.reason:
                 self.reboots.pop(n.name, None)
             flags = s.flags
+            if "NOT_RESPONDING" in flags:
+                self.silent_since.setdefault(n.name, self.clock())
+            else:
+                self.silent_since.pop(n.name, None)
             if self.clock() < self.settling.get(n.name, 0.0):
                 # just restarted: Slurm shows it not responding (idle*) for a second or so after
                 # `state=resume`; its own slurmd is watched meanwhile (daemon_alive)
@@ -135,6 +269,7 @@ class Agent:
                     spare=n.spare,
                     reboots=self.reboots.get(n.name, 0),
                     daemon_alive=nodeops.slurmd_alive(state, n.name),
+                    not_responding_s=self.clock() - self.silent_since.get(n.name, self.clock()),
                 )
             )
         return views
@@ -287,7 +422,15 @@ class Agent:
             self.log({"kind": "release", "job": str(job.id), "phase": "done", "reason": why})
 
     def run(self, interval: float = 1.0, *, passes: int | None = None) -> None:
-        """Loop until the cluster is gone (or ``passes`` passes, for tests)."""
+        """Loop until the cluster is gone (or ``passes`` passes, for tests). One agent per
+        cluster: a second one (a watchdog's restart racing another) exits at once."""
+        with _single(self.dir / "agent.lock") as first:
+            if not first:
+                return
+            if self.register():
+                self._loop(interval, passes)
+
+    def _loop(self, interval: float, passes: int | None) -> None:
         n = 0
         while passes is None or n < passes:
             if not (self.dir / "cluster.json").is_file():
@@ -298,6 +441,23 @@ class Agent:
                 self.log({"kind": "error", "phase": "failed", "error": str(exc)})
             n += 1
             time.sleep(min(interval, BUSY_INTERVAL_S) if self.busy else interval)
+
+
+@contextlib.contextmanager
+def _single(path: Path) -> Iterator[bool]:
+    """An exclusive lock held for the agent's life: True when this process got it."""
+    try:
+        f = open(path, "a")  # noqa: SIM115 - held open for as long as the agent runs
+    except OSError:
+        yield True
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
 
 
 def _held_after_failed_launch(reason: str) -> bool:

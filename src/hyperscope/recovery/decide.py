@@ -5,16 +5,25 @@ heartbeats say — as data, so every decision can be logged with its reason, sho
 The rules, in order of precedence for one node:
 
 1. An operator's mark wins: a node set to ``fail``/``drain`` with the reason ``Action:Replace`` or
-   ``Action:Reboot`` (as HyperPod users mark nodes), case-insensitive.
-2. A node that does not respond (Slurm: ``DOWN`` or ``NOT_RESPONDING``, or the provider sees its
-   slurmd gone — seconds before Slurm's own timeouts) is replaced: its daemon or machine is gone,
-   and a reboot cannot be asked of it.
-3. A failed health check: its suggested action (reboot or replace). A node already rebooted
+   ``Action:Reboot`` (as HyperPod users mark nodes), case-insensitive. On a node that still runs
+   jobs (``fail``/``drain`` let them finish) the action waits for them to end; set ``down`` (what
+   ``replace-node --now`` does) it acts at once.
+2. A node an operator set ``DOWN``, ``DRAIN`` or ``FAIL`` with a reason of their own (neither
+   hyperscope's nor one Slurm gives by itself) is left alone, whatever else is wrong with it: the
+   operator is working on it.
+3. A node that does not respond (Slurm: ``DOWN``, or ``NOT_RESPONDING`` for longer than
+   ``flicker_s`` — a node just resumed shows it for a second —, or the provider sees its slurmd
+   gone, seconds before Slurm's own timeouts) is replaced: its daemon or machine is gone, and a
+   reboot cannot be asked of it.
+4. A failed health check: its suggested action (reboot or replace). A node already rebooted
    ``max_reboots`` times for a failure is replaced instead: reboots that do not help are not
    repeated forever.
-4. A node drained by hyperscope's health check (reason ``hyperscope: ...``) with no fresher report
+5. A node drained by hyperscope's health check (reason ``hyperscope: ...``) with no fresher report
    is replaced.
-Warnings never act. A sick spare is rebooted or re-created in place.
+Warnings never act. Automatic replacements are rate-limited: at most ``max_replacements`` in
+``replacement_window_s``; past that they are held (``Kind.HOLD``, logged) until the window
+allows them, so a network blip cannot replace half the cluster. An operator's own
+``Action:Replace`` is not braked. A sick spare is rebooted or re-created in place.
 A replacement takes a spare of the same group when one is idle and healthy;
 otherwise the node is re-created under its own name (the local provider) — ``Action.nodes`` says
 which: ``(node,)`` or ``(node, spare)``.
@@ -30,6 +39,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hyperscope.cluster.slurm import operator_reason
 from hyperscope.health.model import Action as Remedy
 from hyperscope.health.model import HealthReport, Status
 
@@ -39,6 +49,15 @@ class Kind(enum.StrEnum):
     REPLACE = "replace"
     REQUEUE = "requeue"
     STOP = "stop"
+    #: decisions to do nothing yet, logged once so an operator sees why nothing happens
+    WAIT = "wait"  # an operator's Action:Replace/Reboot on a node whose jobs still run
+    LEAVE = "leave"  # a node an operator took out of service with their own reason
+    HOLD = "hold"  # a replacement held back by the rate limit
+    RESTART = "restart"  # a cluster daemon (slurmctld, munged) that died
+
+
+#: the kinds that change nothing: the agent logs each once per node and reason
+PASSIVE = frozenset({Kind.WAIT, Kind.LEAVE, Kind.HOLD})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +84,7 @@ class NodeView:
     spare: bool = False  # held out of service, ready to take a failed node's place
     reboots: int = 0  # reboots the agent already did for the current failure
     daemon_alive: bool = True  # the provider's own view: its slurmd process still runs
+    not_responding_s: float = 0.0  # how long Slurm has said NOT_RESPONDING without a break
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +92,42 @@ class Policy:
     max_reboots: int = 1
     hang_timeout_s: float = 300.0
     max_attempts: int = 3
+    #: NOT_RESPONDING shorter than this (on a node not DOWN) is a flicker, not a failure: a resumed
+    #: node shows it for a second or two, for over 10 s on a loaded machine (measured at load 98).
+    #: A node that really stopped answering is set DOWN by Slurm after SlurmdTimeout, and a dead
+    #: slurmd is seen by the provider at once: this is only the backstop.
+    flicker_s: float = 30.0
+    #: at most this many automatic replacements in any ``replacement_window_s`` seconds
+    max_replacements: int = 4
+    replacement_window_s: float = 600.0
 
 
 def decide_nodes(
-    nodes: Sequence[NodeView], health: Mapping[str, HealthReport], policy: Policy = Policy()
+    nodes: Sequence[NodeView],
+    health: Mapping[str, HealthReport],
+    policy: Policy = Policy(),
+    *,
+    recent_replacements: int = 0,
 ) -> list[Action]:
+    """``recent_replacements``: automatic replacements already started in the last
+    ``policy.replacement_window_s`` seconds (the agent counts them from its log)."""
     spares = [n for n in nodes if n.spare and _healthy(n, health)]
+    budget = policy.max_replacements - recent_replacements
     actions = []
     for node in nodes:
         decided = _decide(node, health.get(node.name), policy)
         if decided is None:
             continue
         kind, reason = decided
+        if kind is Kind.REPLACE and not _operator_mark(node):
+            if budget <= 0:
+                brake = (
+                    f"rate limit: {policy.max_replacements} replacement(s) already in the last "
+                    f"{policy.replacement_window_s:g} s (recovery.max_replacements); held: {reason}"
+                )
+                actions.append(Action(Kind.HOLD, (node.name,), brake))
+                continue
+            budget -= 1
         if node.spare:  # a sick spare is repaired in place, never by another spare
             actions.append(Action(kind, (node.name,), reason))
             continue
@@ -97,15 +141,29 @@ def decide_nodes(
     return actions
 
 
+#: Node states in which jobs still run on it (or are being cleaned up).
+_BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+
+
+def _operator_mark(node: NodeView) -> bool:
+    return node.reason.strip().lower().startswith(("action:replace", "action:reboot"))
+
+
 def _decide(node: NodeView, report: HealthReport | None, policy: Policy) -> tuple[Kind, str] | None:
     mark = node.reason.strip().lower()
-    if mark.startswith("action:replace"):
-        return Kind.REPLACE, f"operator marked it: {node.reason.strip()}"
-    if mark.startswith("action:reboot"):
-        return Kind.REBOOT, f"operator marked it: {node.reason.strip()}"
+    if _operator_mark(node):
+        kind = Kind.REPLACE if mark.startswith("action:replace") else Kind.REBOOT
+        if node.state != "DOWN" and (node.state in _BUSY or "COMPLETING" in node.flags):
+            return Kind.WAIT, f"operator marked it: {node.reason.strip()}; waits for its jobs to end"
+        return kind, f"operator marked it: {node.reason.strip()}"
+    out = {"DOWN", "DRAIN", "FAIL"}.intersection((node.state, *node.flags))
+    if out and operator_reason(node.reason):
+        shown = "+".join(sorted(out)).lower()  # not the other flags: logged once, not at each change
+        return Kind.LEAVE, f"taken out of service by an operator ({shown}: {node.reason.strip()}): left alone"
     if not node.daemon_alive:
         return Kind.REPLACE, "not responding (its slurmd is gone)"
-    if node.state == "DOWN" or "NOT_RESPONDING" in node.flags:
+    silent = "NOT_RESPONDING" in node.flags and node.not_responding_s >= policy.flicker_s
+    if node.state == "DOWN" or silent:
         return Kind.REPLACE, f"not responding (Slurm: {'+'.join((node.state, *node.flags)).lower()})"
     if report is not None and report.status is Status.FAIL:
         reason = report.drain_reason()
@@ -127,6 +185,15 @@ def _healthy(node: NodeView, health: Mapping[str, HealthReport]) -> bool:
         and not {"DRAIN", "NOT_RESPONDING", "FAIL"}.intersection(node.flags)
         and (report is None or report.status is not Status.FAIL)
     )
+
+
+def decide_daemons(dead: Sequence[tuple[str, int]]) -> list[Action]:
+    """The controller's daemons (``(role, pid)`` of each one found dead: munged, slurmctld) are
+    started again, in one action: munged first, since slurmctld needs it."""
+    if not dead:
+        return []
+    why = ", ".join(f"{role} (pid {pid}) is gone" for role, pid in dead)
+    return [Action(Kind.RESTART, tuple(role for role, _ in dead), f"{why}: started again")]
 
 
 @dataclass(frozen=True, slots=True)

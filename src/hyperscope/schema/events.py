@@ -107,6 +107,12 @@ DEVICE_CATEGORY_PATTERN: Final = (
     r"|privateuse1"
 )
 
+#: Limits on what a trace's header may say, so that every value fits its column (``rank`` is int32;
+#: ``ts_ns`` plus a rank's ``baseTimeNanoseconds`` int64). A file beyond them is refused, named.
+MAX_RANK: Final = 2**31 - 1
+MAX_NODE_CHARS: Final = 255  # a DNS name is at most 253 characters
+MAX_NS: Final = 2**63 - 1
+
 #: Phases of the Chrome trace event format. Anything else is rejected on import.
 PHASES: Final = frozenset("BEXiICbneSTpFstfPOND MVvRc()".replace(" ", ""))
 
@@ -211,6 +217,7 @@ SAMPLE_SCHEMA: Final = pa.schema(
         pa.field("value", _F64),
     ]
 )
+
 
 class SampleMetric(enum.StrEnum):
     """Names in ``samples.metric``: what a sample measures, with its unit in the name.

@@ -7,6 +7,7 @@ analysis under the query limits, caches what cannot change, and turns our errors
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -38,7 +39,8 @@ from hyperscope.analysis.dashboard import BUCKETS as DEFAULT_BUCKETS
 from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
-from hyperscope.server import auth, static, timeline
+from hyperscope.server import auth, params, static, timeline
+from hyperscope.server import compare as compare_api
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
 from hyperscope.server.limits import QueryLimits, QueryTimeout, RowCapExceeded
@@ -53,10 +55,13 @@ from hyperscope.server.models import (
     RankOut,
     StepRange,
 )
+from hyperscope.server.params import INT64_MAX, INT64_MIN
 from hyperscope.store.catalog import JobStatus
 from hyperscope.store.profile import Profile
 from hyperscope.store.store import Store
 from hyperscope.timeline import index as timeline_index
+
+log = logging.getLogger("hyperscope.server")
 
 #: annotation names offered by the filter bar: most frequent first, then cut
 MAX_ANNOTATION_NAMES: Final = 1000
@@ -135,7 +140,8 @@ def create_app(
 
         def compute() -> dict[str, Any]:
             stored_answer = stored.load_dashboard(profile, top_k, buckets) if whole else None
-            if stored_answer is not None:
+            if stored_answer is not None:  # computed without the server's cap: held to it here
+                limits.check_rows([(k, len(t.get("rows", ()))) for k, t in stored_answer.items()])
                 return stored_answer
             answer: dict[str, Any] = limits.run(profile, work, "the dashboard")
             return answer
@@ -145,8 +151,13 @@ def create_app(
 
     def warm() -> None:
         """What the UI asks first for the newest finished profiles, as a request without filters."""
+        try:
+            jobs = catalog.jobs(JobQuery(limit=MAX_LIMIT)).jobs
+        except Exception as exc:  # an unreadable catalog is reported to whoever asks for a page
+            log.warning("hyperscope: nothing prewarmed: %s", exc)
+            return
         done = 0
-        for job in catalog.jobs(JobQuery(limit=MAX_LIMIT)).jobs:
+        for job in jobs:
             if done >= prewarm:
                 return
             if job.latest_profile is None:
@@ -159,8 +170,8 @@ def create_app(
                 dashboard_answer(hit, profile, _scope(None, None, None), TOP_K, BUCKETS)
                 if timeline_index.ready(profile):  # stored at import: the rows, never a build here
                     timeline.rows_answer(hit, profile, limits, cache)
-            except Exception:  # a broken profile is reported when someone asks for it
-                pass
+            except Exception as exc:  # a broken profile is reported when someone asks for it
+                log.info("hyperscope: profile %s not prewarmed: %s", job.latest_profile, exc)
             done += 1
 
     @asynccontextmanager
@@ -186,17 +197,18 @@ def create_app(
     # few percent more bytes (18.6 KB against 17.2 KB).
     app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=5)
     auth.install(app, token)
+    static.install_headers(app)  # outermost: on every answer, a 401 included
 
     @app.get("/api/jobs", response_model=JobListOut, responses=_ERRORS, tags=["jobs"])
     def list_jobs(
         search: Annotated[str | None, Query(description="substring of the name, any case")] = None,
         status: Annotated[list[JobStatus] | None, Query(description="repeatable")] = None,
-        created_after_ns: int | None = None,
-        created_before_ns: int | None = None,
+        created_after_ns: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX)] = None,
+        created_before_ns: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX)] = None,
         sort: Literal["created", "name", "status", "ranks"] = "created",
         order: Literal["asc", "desc"] = "desc",
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     ) -> JobListOut:
         """Jobs matching the filters, one page of them, and how many match in all."""
         query = JobQuery(
@@ -311,6 +323,7 @@ def create_app(
         return _json(found)
 
     app.include_router(timeline.router(open_profile, limits, cache))
+    app.include_router(compare_api.router(open_profile, limits, cache, _ERRORS))
     static.install(app, static_dir)
     return app
 
@@ -332,6 +345,7 @@ def _filters(con: duckdb.DuckDBPyConnection) -> FiltersOut:
         ranks=sorted({int(r) for r, _ in have}),
         steps=StepRange(min=int(lo), max=int(hi)) if lo is not None and hi is not None else None,
         annotations=[str(n) for (n,) in names],
+        rank_nodes={str(r): sorted({str(n) for rr, n in have if rr == r}) for r in {r for r, _ in have}},
     )
 
 
@@ -359,6 +373,9 @@ def _annotation(
 
 
 def _scope(node: list[str] | None, rank: list[int] | None, steps: str | None) -> Scope:
+    params.check_ranks(rank)
+    if steps is not None:
+        params.check_steps_text(steps)
     try:
         first_last = parse_steps(steps) if steps is not None else None
     except UsageError as exc:
@@ -389,7 +406,7 @@ def _install_errors(app: FastAPI) -> None:
 
     def handler(code: int) -> Callable[[Request, Exception], Response]:
         def answer(request: Request, exc: Exception) -> Response:
-            return JSONResponse({"detail": str(exc)}, status_code=code)
+            return JSONResponse({"detail": params.short_detail(str(exc))}, status_code=code)
 
         return answer
 
@@ -408,9 +425,13 @@ def _install_errors(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         first = exc.errors()[0] if exc.errors() else {}
         loc = [str(x) for x in first.get("loc", ()) if x not in ("query", "path") and not isinstance(x, int)]
-        where = f"parameter {'.'.join(loc)!r}" if loc else "the request"
+        name = ".".join(loc)
         given = first.get("input")
-        shown = f" (got {given!r})" if isinstance(given, str | int | float) else ""
-        return JSONResponse({"detail": f"{where}{shown}: {first.get('msg', 'invalid')}"}, status_code=400)
+        if name in params.RANGES:  # an integer out of its range, or not an integer at all
+            return JSONResponse({"detail": params.range_error(name, given)}, status_code=400)
+        where = f"parameter {name!r}" if loc else "the request"
+        shown = f" (got {params.shown(given)})" if isinstance(given, str | int | float) else ""
+        detail = params.short_detail(f"{where}{shown}: {first.get('msg', 'invalid')}")
+        return JSONResponse({"detail": detail}, status_code=400)
 
     app.add_exception_handler(RequestValidationError, invalid)

@@ -2,8 +2,9 @@
 
 ``Catalog.jobs()`` loads every job with its profiles, one query per job: right for the CLI, but a
 UI page over 10,000 jobs needs one page, sorted and counted in SQL. These are read-only queries on
-a connection of their own (``mode=ro``): the server never writes the catalog, and SQLite's WAL
-lets it read while captures and imports write.
+a connection of their own (``mode=ro``, else ``immutable`` on a read-only store: see
+``open_read_only``): the server never writes the catalog, and SQLite's WAL lets it read while
+captures and imports write.
 
 Request input only ever becomes SQL *parameters*; sort columns come from a fixed table, and no
 request value becomes a file path.
@@ -23,7 +24,7 @@ from typing import Final
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server.models import JobDetailOut, JobListOut, JobOut, ProfileRefOut
-from hyperscope.store.catalog import JobStatus, RankStatus
+from hyperscope.store.catalog import JobStatus, RankStatus, open_read_only
 
 PROFILE_ID: Final = re.compile(r"[0-9a-f]{16}")
 SORTS: Final = {
@@ -86,10 +87,9 @@ class CatalogReader:
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         # A connection per request: opening one costs ~0.1 ms and no state is shared between threads.
-        try:
-            db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=30.0)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot read the jobs catalog: {exc}") from exc
+        # ``mode=ro`` first each time: ``immutable`` (a read-only store, a full disk) would not
+        # see a writer's changes, so it is only taken while ``mode=ro`` cannot open.
+        db, _ = open_read_only(self.path)
         try:
             yield db
         except sqlite3.Error as exc:

@@ -90,6 +90,11 @@ class FiltersOut(BaseModel):
     ranks: list[int]
     steps: StepRange | None = Field(description="ProfilerStep numbers present; null when none")
     annotations: list[str] = Field(description="annotation names, most frequent first")
+    rank_nodes: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="each rank's node(s), by rank (a decimal string; '' for an unnamed node): the "
+        "filter bar narrows the ranks to the node chosen",
+    )
 
 
 class TableOut(BaseModel):

@@ -31,12 +31,13 @@ class Address:
     host: str
     port: int
     token: str | None
+    https: bool = False
 
     @property
     def base_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{self.port}/"
+        return f"{'https' if self.https else 'http'}://{shown}:{self.port}/"
 
     @property
     def open_url(self) -> str:
@@ -69,21 +70,37 @@ def serve(
     max_rows: int = 100_000,
     prewarm: int = 1,
     announce: Callable[[str], None] | None = None,
+    tls: tuple[Path, Path] | None = None,
 ) -> None:
     """Serve the UI over the store at ``home`` until interrupted.
 
     Beyond loopback a token is required (made up here unless given), since anyone on the network
     could otherwise read the profiles. ``announce`` receives the lines a user needs (default:
     printed, flushed at once so a script reading the output sees the port). ``prewarm``: the
-    newest finished profiles whose dashboard is computed at start (see ``create_app``).
+    newest finished profiles whose dashboard is computed at start (see ``create_app``). ``tls``:
+    (certificate, key) PEM files to serve HTTPS (the token cookie is then ``Secure``); behind a
+    TLS reverse proxy on this machine, the proxy's ``X-Forwarded-Proto: https`` does the same.
     """
     say = announce or (lambda line: print(line, flush=True))
     if token is None and not is_loopback(host):
         token = new_token()
     app = create_app(home, token=token, query_timeout_s=query_timeout_s, max_rows=max_rows, prewarm=prewarm)
     sock = bind(host, port)
-    address = Address(host, int(sock.getsockname()[1]), token)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    address = Address(host, int(sock.getsockname()[1]), token, https=tls is not None)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+        ssl_certfile=str(tls[0]) if tls is not None else None,
+        ssl_keyfile=str(tls[1]) if tls is not None else None,
+    )
+    if tls is not None:
+        try:
+            config.load()  # a bad certificate or key: said now, before the address is announced
+        except (OSError, ValueError) as exc:
+            sock.close()
+            raise OSError(f"cannot serve HTTPS with {tls[0]} and {tls[1]}: {exc}") from None
     server = uvicorn.Server(config)
     say(f"hyperscope UI on {address.base_url} (store {Path(home).expanduser()})")
     if token:

@@ -3,15 +3,20 @@
 
 Files are served only from what the build directory holds: a request picks an entry of a listing
 (``StaticFiles`` for ``/assets``, a name match for the top level), so no request text is ever
-joined onto a path.
+joined onto a path; and only regular files that are inside the bundle once links are resolved
+(a symbolic link to a file outside it, ``/etc/passwd`` say, is not served).
+
+Every answer carries headers that keep the pages from being framed (clickjacking), sniffed into
+another type, or running script from anywhere but the bundle (``SECURITY_HEADERS``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -29,6 +34,46 @@ repository with <code>./dev build-ui</code>, then reload this page.</p>
 """
 
 
+#: the front end: script only from the bundle, no framing, no plugins; styles may be inline (the
+#: components set them), images also as data: and blob: URLs (icons, exported images)
+CSP: Final = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+#: /api/docs is FastAPI's Swagger page, whose script and styles come from its CDN
+DOCS_CSP: Final = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; img-src 'self' data: https:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS: Final = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",  # frame-ancestors' older form
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def install_headers(app: FastAPI) -> None:
+    """``SECURITY_HEADERS`` and a Content-Security-Policy on every answer (errors included)."""
+
+    @app.middleware("http")
+    async def headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        docs = request.url.path.startswith("/api/docs")
+        response.headers.setdefault("Content-Security-Policy", DOCS_CSP if docs else CSP)
+        return response
+
+
+def _served(entry: Path, directory: Path) -> bool:
+    """A regular file of the bundle: not a link, and inside ``directory`` once resolved."""
+    if entry.is_symlink() or not entry.is_file():
+        return False
+    return entry.resolve().is_relative_to(directory.resolve())
+
+
 class _Assets(StaticFiles):
     """Starlette's static files, where a missing folder is a 404 rather than a server error: the
     bundle may be built (``./dev build-ui``) while the server runs."""
@@ -43,7 +88,7 @@ def install(app: FastAPI, directory: Path = STATIC_DIR) -> None:
 
     def index() -> Response:
         page = directory / "index.html"
-        if page.is_file():
+        if _served(page, directory):
             # Never cached: it names the hashed asset files of the current build.
             return FileResponse(page, headers={"Cache-Control": "no-cache"})
         return HTMLResponse(MISSING_PAGE)
@@ -56,9 +101,9 @@ def install(app: FastAPI, directory: Path = STATIC_DIR) -> None:
     def page(page: str) -> Response:
         """Top-level files of the build (favicon), else the app itself: its router reads the path."""
         if page.startswith("api/") or page == "api" or page.startswith("assets/"):
-            raise HTTPException(404, f"no such path /{page}; the API is listed at /api/docs")
+            raise HTTPException(404, f"no such path /{page[:100]}; the API is listed at /api/docs")
         if "/" not in page and directory.is_dir():
             for entry in directory.iterdir():
-                if entry.name == page and entry.is_file():
+                if entry.name == page and _served(entry, directory):
                     return FileResponse(entry)
         return index()

@@ -29,6 +29,7 @@ from hyperscope.errors import UsageError
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import ProfileHit
 from hyperscope.server.limits import QueryLimits
+from hyperscope.server.params import INT64_MAX, RANK_MAX, TIME_MAX, TIME_MIN, check_window
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.links import MAX_MATCHES
 from hyperscope.timeline.rows import extent, is_sample_row
@@ -177,8 +178,10 @@ def router(
     def get_tile(
         profile_id: str,
         rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
-        t0_ns: Annotated[int, Query(description="window start, epoch ns")],
-        t1_ns: Annotated[int, Query(description="window end, epoch ns (exclusive)")],
+        t0_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="window start, epoch ns")],
+        t1_ns: Annotated[
+            int, Query(ge=TIME_MIN, le=TIME_MAX, description="window end, epoch ns (exclusive)")
+        ],
         width: Annotated[int, Query(ge=1, le=MAX_WIDTH, description="pixels across the window")],
     ) -> Response:
         """Events at least a pixel wide as they are, the others merged per column, instants as
@@ -186,8 +189,7 @@ def router(
         row_ids = [r for r in rows.split(",") if r]
         if not 1 <= len(row_ids) <= MAX_ROWS:
             raise UsageError(f"rows: expected 1 to {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
-        if t1_ns <= t0_ns:
-            raise UsageError(f"t1_ns {t1_ns}: expected a time after t0_ns ({t0_ns})")
+        check_window(t0_ns, t1_ns)
         sample_ids = [r for r in row_ids if is_sample_row(r)]
         event_ids = [r for r in row_ids if not is_sample_row(r)]
 
@@ -209,7 +211,7 @@ def router(
     @api.get("/event")
     def get_event(
         profile_id: str,
-        id: Annotated[int, Query(ge=0, description="event id from a tile")],
+        id: Annotated[int, Query(ge=0, le=INT64_MAX, description="event id from a tile")],
         row: Annotated[str | None, Query(description="its row id, when known (faster)")] = None,
     ) -> Response:
         """Every stored field of one event (or instant), its row and its linked launch or kernel."""
@@ -227,8 +229,8 @@ def router(
     @api.get("/links")
     def get_links(
         profile_id: str,
-        rank: Annotated[int, Query(description="rank of the launch or kernel")],
-        correlation: Annotated[int, Query(ge=0, description="CUDA correlation id")],
+        rank: Annotated[int, Query(ge=0, le=RANK_MAX, description="rank of the launch or kernel")],
+        correlation: Annotated[int, Query(ge=0, le=INT64_MAX, description="CUDA correlation id")],
     ) -> Response:
         """The launch and the kernel (memcpy, memset) sharing ``correlation`` on ``rank``."""
         answer, _, _ = run(
@@ -240,13 +242,12 @@ def router(
     def get_flows(
         profile_id: str,
         rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
-        t0_ns: int,
-        t1_ns: int,
+        t0_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX)],
+        t1_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX)],
     ) -> Response:
         """Launch → kernel arrows for everything visible in the window (5000 at most)."""
         row_ids = [r for r in rows.split(",") if r]
-        if t1_ns <= t0_ns:
-            raise UsageError(f"t1_ns {t1_ns}: expected a time after t0_ns ({t0_ns})")
+        check_window(t0_ns, t1_ns)
         answer, _, _ = run(
             profile_id, "flows", lambda index, con: tl.flows(index, row_ids, t0_ns, t1_ns), lazy=True
         )

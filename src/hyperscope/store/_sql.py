@@ -82,6 +82,7 @@ def invalid_rows() -> str:
       OR (args IS NOT NULL AND json_type(args) <> 'OBJECT')
       OR (__extra IS NOT NULL AND json_type(__extra) <> 'OBJECT')
       OR abs(ts) > 9223372036854775.807 OR abs(dur) > 9223372036854775.807
+      OR ts < 0 OR dur < 0 OR ts + coalesce(dur, 0) > 9223372036854775.807
     """
 
 

@@ -18,6 +18,7 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -60,6 +61,18 @@ class TraceFile:
     compressed: bool = False
 
     def chunks(self) -> Iterator[Chunk]:
+        with self._open(self.progress) as blocks:
+            yield from self._chunks(blocks)
+
+    def read_header(self) -> dict[str, Any]:
+        """Only the keys before ``traceEvents`` (``{}`` for a bare array): what the rank and the
+        host are read from, checked for every file before any file's events are parsed."""
+        with self._open(None) as blocks:
+            self._start(blocks)
+        return self.header
+
+    @contextmanager
+    def _open(self, progress: Callable[[int], None] | None) -> Iterator[_Blocks]:
         try:
             raw = self.path.open("rb")
         except FileNotFoundError:
@@ -74,21 +87,22 @@ class TraceFile:
             stream: IO[bytes] = (
                 gzip.GzipFile(fileobj=raw, mode="rb") if self.compressed else raw  # type: ignore[assignment]
             )
-            yield from self._chunks(_Blocks(self.path, stream, raw, self.progress))
+            yield _Blocks(self.path, stream, raw, progress)
 
-    def _chunks(self, blocks: _Blocks) -> Iterator[Chunk]:
+    def _start(self, blocks: _Blocks) -> tuple[bool, bytes]:
+        """Read up to the first event: (whether the top level is an object, the bytes after ``[``)."""
         buf = blocks.read_until(lambda b: b.lstrip(_WS + b"\xef\xbb\xbf") != b"")
         buf = buf.lstrip(_WS + b"\xef\xbb\xbf")
         if not buf:
             raise TraceFormatError(self.path, "file is empty", expected="a JSON trace")
         if buf[:1] == b"[":
-            top_level_object = False
-            pending = buf[1:]
-        elif buf[:1] == b"{":
-            top_level_object = True
-            pending = self._read_header(blocks, buf)
-        else:
-            raise TraceFormatError(self.path, f"starts with {buf[:20]!r}", expected="a JSON object or array")
+            return False, buf[1:]
+        if buf[:1] == b"{":
+            return True, self._read_header(blocks, buf)
+        raise TraceFormatError(self.path, f"starts with {buf[:20]!r}", expected="a JSON object or array")
+
+    def _chunks(self, blocks: _Blocks) -> Iterator[Chunk]:
+        top_level_object, pending = self._start(blocks)
         pending = blocks.read_until(lambda b: b.lstrip(_WS) != b"", pending).lstrip(_WS)
         if pending[:1] == b"]":
             self._read_trailer(pending[1:], blocks, top_level_object)

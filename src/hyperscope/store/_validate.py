@@ -110,8 +110,13 @@ def _validate(path: Path, index: int, event: object) -> None:
         fail("dur", f"is {dur!r}", "a number of microseconds")
     for key in ("ts", "dur"):
         value = event.get(key)
+        if _is_number(value) and value < 0:  # type: ignore[operator]
+            fail(key, f"is {value}, a negative time", "a non-negative number of microseconds")
         if _is_number(value) and abs(value) > _MAX_US:  # type: ignore[arg-type]
             fail(key, f"is {value} microseconds, beyond what 64-bit nanoseconds hold", "at most 9.2e15")
+    if _is_number(ts) and _is_number(dur) and ts + dur > _MAX_US:  # type: ignore[operator]
+        end = ts + dur  # type: ignore[operator]
+        fail("dur", f"ends the event at {end} µs, beyond 64-bit nanoseconds", "ts + dur at most 9.2e15")
     for key in ("pid", "tid"):
         value = event.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, str))):

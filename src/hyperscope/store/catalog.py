@@ -82,6 +82,7 @@ class RankStatus(enum.StrEnum):
     COMPLETED = "completed"
     INCOMPLETE = "incomplete"  # training finished, but some of the profile could not be written
     FAILED = "failed"  # the training process raised or exited non-zero
+    STOPPED = "stopped"  # a stop was asked for: SIGTERM (scancel, a time limit), SIGINT (Ctrl+C)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +111,35 @@ class Job:
 
 
 class Catalog:
-    def __init__(self, path: Path) -> None:
+    """The catalog at ``path``, opened for writing where it can be, else for reading only.
+
+    A store on a read-only filesystem (an archive, a team's shared results) or on a full disk
+    still lists its jobs: when the catalog exists but cannot be opened for writing, it is opened
+    read-only (``mode=ro``), and where SQLite cannot even keep its WAL index beside it there
+    (no ``-shm`` file can be created), as ``immutable`` (nothing may change it meanwhile: nothing
+    can write there). ``read_only`` then says why; a write raises :class:`StoreError` saying so.
+    """
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        #: why the catalog is only read ("" when it can be written)
+        self.read_only = ""
+        if read_only:
+            self._db = open_read_only(path)[0]
+            self.read_only = "opened for reading"
+            return
         try:
-            self._db = sqlite3.connect(
-                path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
+            self._db = self._open_for_writing(path)
+        except StoreError as exc:
+            if not path.is_file():
+                raise
+            self._db = open_read_only(path, exc)[0]
+            self.read_only = str(exc)
+
+    @staticmethod
+    def _open_for_writing(path: Path) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{path}: cannot open the jobs catalog: {exc}") from exc
         # Switching a new database to WAL takes a lock that SQLite does not wait for: when the
@@ -123,17 +147,17 @@ class Catalog:
         deadline = time.monotonic() + _BUSY_TIMEOUT_S
         while True:
             try:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA foreign_keys=ON")
-                self._db.executescript(_SCHEMA)
-                return
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                db.executescript(_SCHEMA)
+                return db
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
-                    self._db.close()
+                    db.close()
                     raise StoreError(f"{path}: cannot open the jobs catalog: {exc}") from exc
                 time.sleep(0.05)
             except sqlite3.DatabaseError as exc:
-                self._db.close()
+                db.close()
                 raise StoreError(f"{path}: cannot open the jobs catalog: {exc}") from exc
 
     def close(self) -> None:
@@ -150,7 +174,8 @@ class Catalog:
                 raise
             self._db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            raise StoreError(f"{self.path}: cannot write the jobs catalog: {exc}") from exc
+            why = f" (opened read-only: {self.read_only})" if self.read_only else ""
+            raise StoreError(f"{self.path}: cannot write the jobs catalog: {exc}{why}") from exc
 
     def add_profile(
         self,
@@ -193,7 +218,9 @@ class Catalog:
                     profile.origin,
                 ),
             )
-        return self.job(str(job_id))
+            # read in the same transaction: a `hyperscope rm` right after cannot make it fail
+            row = db.execute(_JOB_SELECT + " WHERE id = ?", (job_id,)).fetchone()
+            return self._with_profiles(_job(row))
 
     def open_capture(
         self, job_name: str, profile: ProfileRef, *, rank: int, node: str, world_size: int
@@ -209,8 +236,14 @@ class Catalog:
                 cur = db.execute(
                     "INSERT INTO jobs(name, created_ns, updated_ns, status, nodes, ranks) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    (job_name, profile.created_ns, profile.created_ns, JobStatus.IN_PROGRESS.value,
-                     json.dumps([node] if node else []), world_size),
+                    (
+                        job_name,
+                        profile.created_ns,
+                        profile.created_ns,
+                        JobStatus.IN_PROGRESS.value,
+                        json.dumps([node] if node else []),
+                        world_size,
+                    ),
                 )
                 job_id = int(cur.lastrowid or 0)
             else:
@@ -270,16 +303,19 @@ class Catalog:
 
     @staticmethod
     def _settle(db: sqlite3.Connection, profile_id: str) -> None:
-        """Totals of the profile, and the job's status: Failed if a rank failed, Completed once
-        every rank of the world has finished, InProgress until then."""
+        """Totals of the profile, and the job's status: Failed if a rank failed (a crash), else
+        Stopped once every rank has ended and one was stopped (asked to: SIGTERM, SIGINT), Stopping
+        while the others end; Completed once every rank of the world has finished, InProgress
+        until then."""
         ranks = db.execute(
             "SELECT count(*), coalesce(sum(events), 0), coalesce(sum(bytes), 0), max(world_size), "
             "count(*) FILTER (WHERE status = 'failed'), "
-            "count(*) FILTER (WHERE status IN ('completed', 'incomplete')) "
+            "count(*) FILTER (WHERE status IN ('completed', 'incomplete', 'stopped')), "
+            "count(*) FILTER (WHERE status = 'stopped') "
             "FROM profile_ranks WHERE profile_id = ?",
             (profile_id,),
         ).fetchone()
-        count, events, size, world, failed, finished = ranks
+        count, events, size, world, failed, finished, stopped = ranks
         db.execute(
             "UPDATE profiles SET events = ?, bytes = ?, ranks = ? WHERE id = ?",
             (events, size, count, profile_id),
@@ -292,9 +328,12 @@ class Catalog:
                 (profile_id,),
             ).fetchall()
         ]
+        ended = finished >= max(int(world or 1), count)
         if failed:
             status = JobStatus.FAILED
-        elif finished >= max(int(world or 1), count):
+        elif stopped:
+            status = JobStatus.STOPPED if ended else JobStatus.STOPPING
+        elif ended:
             status = JobStatus.COMPLETED
         else:
             status = JobStatus.IN_PROGRESS
@@ -328,12 +367,15 @@ class Catalog:
             _add_slurm_columns(db)
             row = None
             if slurm_job_id is not None:
-                row = db.execute(
-                    "SELECT id FROM jobs WHERE slurm_cluster = ? AND slurm_job_id = ?",
-                    (cluster, slurm_job_id),
-                ).fetchone() or db.execute(
-                    "SELECT id FROM jobs WHERE name = ? AND slurm_job_id IS NULL", (name,)
-                ).fetchone()
+                row = (
+                    db.execute(
+                        "SELECT id FROM jobs WHERE slurm_cluster = ? AND slurm_job_id = ?",
+                        (cluster, slurm_job_id),
+                    ).fetchone()
+                    or db.execute(
+                        "SELECT id FROM jobs WHERE name = ? AND slurm_job_id IS NULL", (name,)
+                    ).fetchone()
+                )
             if row is None:
                 unique, n = name, 1
                 while db.execute("SELECT 1 FROM jobs WHERE name = ?", (unique,)).fetchone():
@@ -414,8 +456,10 @@ class Catalog:
         return [self._with_profiles(_job(r)) for r in self._db.execute(sql, params).fetchall()]
 
     def remove(self, job: str) -> Job:
-        found = self.job(job)
+        """The job and every profile it holds as it is deleted: read in the deleting transaction,
+        so a profile another process adds meanwhile is either listed here or added after."""
         with self._write() as db:
+            found = self.job(job)
             db.execute("DELETE FROM jobs WHERE id = ?", (found.id,))
         return found
 
@@ -427,6 +471,37 @@ class Catalog:
         ).fetchall()
         job.profiles.extend(ProfileRef(*r) for r in rows)
         return job
+
+
+READ_MODES: Final = ("mode=ro", "immutable=1")
+
+
+def open_read_only(
+    path: Path, first: StoreError | None = None, modes: tuple[str, ...] = READ_MODES
+) -> tuple[sqlite3.Connection, str]:
+    """A read-only connection to the catalog at ``path`` and the mode that gave it: ``mode=ro``,
+    else ``immutable=1``, which needs no ``-shm`` file (a read-only directory, or a full disk,
+    where SQLite cannot create one). Each is tried with a query, since SQLite opens lazily and a
+    WAL database fails only at its first read. ``first``: why the caller could not open it for
+    writing, named in the error when no mode works."""
+    uri = path.absolute().as_uri()
+    errors: list[str] = [str(first.__cause__ or first)] if first is not None else []
+    for mode in modes:
+        try:
+            db = sqlite3.connect(
+                f"{uri}?{mode}", uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+        except sqlite3.Error as exc:
+            errors.append(f"{mode}: {exc}")
+            continue
+        try:
+            db.execute("SELECT count(*) FROM jobs").fetchone()
+            return db, mode
+        except sqlite3.Error as exc:
+            db.close()
+            errors.append(f"{mode}: {exc}")
+    raise StoreError(f"{path}: cannot open the jobs catalog: {'; '.join(errors)}")
 
 
 _JOB_SELECT: Final = "SELECT id, name, created_ns, updated_ns, status, nodes, ranks, message FROM jobs"

@@ -11,7 +11,6 @@ Any error leaves nothing behind: the staging directory is removed and the catalo
 
 from __future__ import annotations
 
-import itertools
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +23,7 @@ from typing import Any, Final
 import duckdb
 
 from hyperscope.errors import StoreError, TraceFormatError, UsageError
+from hyperscope.schema.events import MAX_NODE_CHARS, MAX_NS, MAX_RANK
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store import _sql
 from hyperscope.store._tracefile import Chunk, TraceFile
@@ -133,16 +133,17 @@ class Importer:
                     running.discard(future)
                     future.result()  # raises the worker's error
 
+        # Fail fast: every file's header and rank are checked before any file's events are read.
+        metas = []
+        for path in paths:
+            meta = self._rank_meta(path, TraceFile(path).read_header(), rank, default_rank)
+            self.result.ranks.append(meta)
+            metas.append(meta)
         with ThreadPoolExecutor(WORKERS, thread_name_prefix="hyperscope-import") as pool:
             try:
-                for path in paths:
+                for path, meta in zip(paths, metas, strict=True):
                     trace = TraceFile(path, self.progress)
-                    chunks = _prefetched(trace.chunks())
-                    # The header (distributedInfo, host name) is known once a chunk has been cut.
-                    first = next(chunks, None)
-                    meta = self._rank_meta(path, trace.header, rank, default_rank)
-                    self.result.ranks.append(meta)
-                    for item in itertools.chain([first] if first is not None else [], chunks):
+                    for item in _prefetched(trace.chunks()):
                         settle(block=False)
                         running.add(pool.submit(work, path, *item, meta))
                     read.append((path, trace, meta))
@@ -168,9 +169,17 @@ class Importer:
     ) -> RankMeta:
         info = header.get("distributedInfo")
         info = info if isinstance(info, dict) else {}
+        declared = info.get("rank")
+        if declared is not None and not _is_rank(declared):
+            raise TraceFormatError(
+                path, f"is {declared!r}", field="distributedInfo.rank", expected=f"an integer 0 to {MAX_RANK}"
+            )
         if rank is None:
-            declared = info.get("rank")
-            rank = declared if isinstance(declared, int) else rank_from_name(path)
+            rank = declared if declared is not None else rank_from_name(path)
+            if rank is not None and not _is_rank(rank):
+                raise UsageError(f"{path}: rank {rank} in the file name is beyond {MAX_RANK}; use --rank N")
+        elif not _is_rank(rank):
+            raise UsageError(f"--rank {rank}: expected an integer from 0 to {MAX_RANK}")
         if rank is None:
             rank = default_rank
         if rank is None:
@@ -184,8 +193,18 @@ class Importer:
                     f"{path} and {other.source_file} both hold rank {rank}; "
                     "import them as separate jobs or rename the files"
                 )
-        node = header.get("host_name") or header.get("hostname") or ""
+        _check_base(path, header.get("baseTimeNanoseconds"))  # when the header has it: fail fast
+        key = "host_name" if "host_name" in header else "hostname"
+        node = header.get(key) or ""
+        if len(str(node)) > MAX_NODE_CHARS:
+            raise TraceFormatError(
+                path,
+                f"is {len(str(node)):,} characters long",
+                field=key,
+                expected=f"a host name of at most {MAX_NODE_CHARS} characters",
+            )
         world = info.get("world_size")
+        world = None if isinstance(world, bool) else world
         devices = header.get("deviceProperties")
         rest = {
             k: v for k, v in header.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")
@@ -202,7 +221,19 @@ class Importer:
 
     def _set_clock(self, meta: RankMeta) -> None:
         base = meta.header.get("baseTimeNanoseconds")
-        if isinstance(base, int) and base > 0:
+        _check_base(meta.source_file, base)
+        if base:
+            end = self.con.execute(  # every event, shifted by the base, must stay within int64
+                f"SELECT max(ts_ns::HUGEINT + coalesce(dur_ns, 0)) FROM {STAGED_TABLE} WHERE rank = ?",
+                [meta.rank],
+            ).fetchall()[0][0]
+            if end is not None and end + base > MAX_NS:
+                raise TraceFormatError(
+                    meta.source_file,
+                    f"is {base}, and events end up to {end} ns after it: beyond 64-bit nanoseconds",
+                    field="baseTimeNanoseconds",
+                    expected=f"baseTimeNanoseconds + the last event's end at most {MAX_NS}",
+                )
             meta.clock, meta.clock_offset_ns = "base_time_ns", base
             return
         row = self.con.execute(
@@ -290,6 +321,19 @@ def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bool]]:
     finally:
         stop.set()  # the reader gives up within 50 ms; never wait on a full queue
         thread.join()
+
+
+def _check_base(path: Path | str, base: object) -> None:
+    """A clock base that shifts every timestamp must itself be a time that int64 nanoseconds hold."""
+    if base is None or (isinstance(base, int) and not isinstance(base, bool) and 0 <= base <= MAX_NS):
+        return
+    raise TraceFormatError(
+        path, f"is {base!r}", field="baseTimeNanoseconds", expected=f"an integer of nanoseconds 0 to {MAX_NS}"
+    )
+
+
+def _is_rank(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RANK
 
 
 def _count(con: duckdb.DuckDBPyConnection, query: str) -> int:

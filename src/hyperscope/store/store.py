@@ -13,7 +13,14 @@ from pathlib import Path
 import duckdb
 
 from hyperscope.errors import HyperscopeError, StoreError, UsageError
-from hyperscope.schema.layout import CATALOG_FILE, PROFILES_DIR, ProfileMeta, RankMeta, profile_dir
+from hyperscope.schema.layout import (
+    CATALOG_FILE,
+    PROFILES_DIR,
+    STAGING_PREFIX,
+    ProfileMeta,
+    RankMeta,
+    profile_dir,
+)
 from hyperscope.store import _sql
 from hyperscope.store import profile as _profile
 from hyperscope.store._categories import device_like_others
@@ -49,8 +56,15 @@ class Store:
         try:
             (self.home / PROFILES_DIR).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"{self.home}: cannot create the store directory: {exc.strerror}") from exc
+            # an existing store on a read-only filesystem is read (see Catalog); a new one fails
+            if not (self.home / CATALOG_FILE).is_file():
+                raise StoreError(f"{self.home}: cannot create the store directory: {exc.strerror}") from exc
         self.catalog = Catalog(self.home / CATALOG_FILE)
+
+    @property
+    def read_only(self) -> str:
+        """Why the store can only be read ("" when it can be written): see :class:`Catalog`."""
+        return self.catalog.read_only
 
     def close(self) -> None:
         self.catalog.close()
@@ -95,8 +109,7 @@ class Store:
                     events = _profile.write_events(importer.con, STAGED_TABLE, out, offsets)
                     written = f"read_parquet({_sql.quote(str(out / 'events' / '*.parquet'))})"
                     bounds = importer.con.execute(
-                        f"SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {written} "
-                        "WHERE ph <> 'M'"
+                        f"SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {written} WHERE ph <> 'M'"
                     ).fetchall()[0]
                     warnings = device_like_others(importer.con, written, staged.ranks)
                 finally:
@@ -136,7 +149,8 @@ class Store:
         except HyperscopeError:
             shutil.rmtree(target, ignore_errors=True)
             raise
-        return ImportReport(job_row, job_row.profiles[-1], staged.files, meta.ranks, source_bytes, warnings)
+        own = next(p for p in job_row.profiles if p.id == meta.profile_id)  # not another import's
+        return ImportReport(job_row, own, staged.files, meta.ranks, source_bytes, warnings)
 
     # -- read -----------------------------------------------------------------------------------
 
@@ -162,10 +176,27 @@ class Store:
     # -- delete ---------------------------------------------------------------------------------
 
     def remove(self, job: str) -> Job:
-        """Forget the job first (readers stop finding it), then delete its files."""
+        """Forget the job first (readers stop finding it), then delete its files.
+
+        Each profile directory is first renamed to a staging name of this process, so that a
+        process still writing beside the profile (an import precomputing the dashboard or the
+        timeline index) cannot bring ``profiles/<id>/`` back; whatever it writes into the renamed
+        directory goes with it, or with the next import's sweep of abandoned staging directories.
+        """
         removed = self.catalog.remove(job)
         for ref in removed.profiles:
-            shutil.rmtree(profile_dir(self.home, ref.id), ignore_errors=True)
+            path = profile_dir(self.home, ref.id)
+            doomed = path.with_name(f"{STAGING_PREFIX}{os.getpid()}-rm-{ref.id}")
+            try:
+                os.rename(path, doomed)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                doomed = path
+            for _ in range(5):  # a writer may add a file while the tree is being removed
+                shutil.rmtree(doomed, ignore_errors=True)
+                if not doomed.exists():
+                    break
         return removed
 
     # -- export ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ duration class, written column by column into ``.npy`` files as they are filled.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable
@@ -43,6 +44,31 @@ def _int_type(lo: int, hi: int, *candidates: type[np.integer[Any]]) -> np.dtype[
     return np.dtype(np.int64)
 
 
+def _reserve(path: Path) -> None:
+    """Give the (sparse) file behind a fresh memory map its disk blocks now. A page of a memory
+    map that the disk has no room for is not an error but SIGBUS when it is first written, the
+    death of the process (the server, the launcher); reserved here, a full disk is ``OSError``
+    (ENOSPC) before a byte is written through the map."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            _write_zeros(fd, size)  # a filesystem without fallocate: plain writes reserve as well
+    finally:
+        os.close(fd)
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    chunk = bytes(1 << 20)
+    done = 0
+    while done < size:
+        done += os.pwrite(fd, chunk[: min(len(chunk), size - done)], done)
+
+
 class _Columns:
     """The index's columns as they are filled: ``.npy`` files under ``out`` (else arrays in memory).
     ``depth``, whose range is only known row by row, starts as uint8 and is rewritten as uint16
@@ -56,7 +82,9 @@ class _Columns:
         if self.out is None:
             return np.empty(n, dtype=dtype)
         path = self.out / f"{column}{suffix}.npy"
-        return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+        arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+        _reserve(path)
+        return arr
 
     def put(self, column: str, start: int, values: npt.NDArray[Any]) -> None:
         arr = self.arrays[column]
@@ -216,7 +244,7 @@ def build(
             def at(filled: int, rank_start: int = rank_start, rank_n: int = rank_n) -> float:
                 """the share done once `filled` of the rank's events are filled: its sort (the
                 query above) about half of its time, filling its rows the rest"""
-                return prep + (1 - prep) * (rank_start + rank_n / 2 + filled / 2) / max(1, total)
+                return float(prep + (1 - prep) * (rank_start + rank_n / 2 + filled / 2) / max(1, total))
 
             report(at(0))
             offset = 0

@@ -254,8 +254,10 @@ def _build_into(
     """Build into a staging directory renamed into place (readers see all of it or nothing); None
     when it cannot be written."""
     tmp = where.with_name(f".{where.name}.{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    _remove_abandoned(where.parent)
     try:
-        tmp.mkdir(parents=True)
+        where.parent.mkdir(exist_ok=True)  # never the profile's own directory: removed is removed
+        tmp.mkdir()
     except OSError as exc:
         log.debug("hyperscope: the timeline index of %s is kept in memory: %s", where, exc)
         return None
@@ -265,13 +267,32 @@ def _build_into(
             if old != where:
                 shutil.rmtree(old, ignore_errors=True)
         os.rename(tmp, where)
-    except OSError as exc:
-        log.debug("hyperscope: the timeline index of %s is not stored: %s", where, exc)
+    except OSError as exc:  # a full disk (space is reserved before it is mapped: never SIGBUS)
+        log.warning("hyperscope: the timeline index of %s is not stored (built again later): %s", where, exc)
         return None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     found = _read(where)
     return found if found is not None else index
+
+
+def _remove_abandoned(derived: Path) -> None:
+    """Staging directories (``.timeline-<digest>.<pid>-<id>``) of builds whose process is gone (a
+    build killed by a signal, or by the machine's end, cannot remove its own)."""
+    for entry in derived.glob(".timeline-*.*-*"):
+        pid = entry.name.rpartition(".")[2].partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _build_and_store(profile: Profile, where: Path, progress: Callable[[float], None] | None) -> Index:

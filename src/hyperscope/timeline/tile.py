@@ -86,7 +86,9 @@ class Tile:
 def boundaries(t0: int, t1: int, width: int) -> I64:
     """Column edges, ``width + 1`` of them, in integer nanoseconds (column k is [b[k], b[k+1]))."""
     k = np.arange(width + 1, dtype=np.int64)
-    return t0 + (k * (t1 - t0)) // width
+    # k * (t1 - t0) // width, without the product (past 2^63 for windows over ~13 days at 8192 px)
+    q, r = divmod(t1 - t0, width)
+    return t0 + k * q + (k * r) // width
 
 
 def check(t0: int, t1: int, width: int, n_rows: int) -> None:

@@ -10,7 +10,13 @@
  * plugstack.conf:  required /path/auto_resume.so scontrol=/usr/bin/scontrol conf=/etc/slurm/slurm.conf log=/shared/auto-resume.log
  *
  * Every decision is one line in the log file: "<unix time> job=<id> step=<id> task=<rank>
- * status=<exit> attempt=<k> of=<N> action=requeue|give-up".
+ * status=<exit> attempt=<k> of=<N> action=requeue|give-up|usage-error|cannot-requeue".
+ *
+ * Not requeued: a usage error (exit status 2, as argparse and the shell's builtins exit, 64
+ * EX_USAGE, 126 not executable, 127 not found) fails again on every attempt, so a requeue would
+ * only spend the attempts ("usage-error"); and a step outside a batch job (srun straight from a
+ * shell: only a batch job can be requeued) says so when it starts and when a task fails
+ * ("cannot-requeue").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -86,10 +92,32 @@ static int restart_count(spank_t sp)
     return atoi(value);
 }
 
+/* sbatch sets ENVIRONMENT=BATCH in the batch script, and srun passes it on to its tasks. */
+static int in_batch_job(spank_t sp)
+{
+    char value[16] = "";
+    if (spank_remote(sp)) {
+        if (spank_getenv(sp, "ENVIRONMENT", value, sizeof value) != ESPANK_SUCCESS)
+            return 0;
+    } else {
+        const char *env = getenv("ENVIRONMENT");
+        snprintf(value, sizeof value, "%s", env ? env : "");
+    }
+    return strcmp(value, "BATCH") == 0;
+}
+
+static int usage_error(int code)
+{
+    return code == 2 || code == 64 || code == 126 || code == 127;
+}
+
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
     (void)ac;
     (void)av;
+    if (auto_resume && spank_context() == S_CTX_LOCAL && !in_batch_job(sp))
+        slurm_error("hyperscope: --auto-resume: this srun is not inside a batch job (sbatch), and only a "
+                    "batch job can be requeued: a failing task will not be retried");
     if (!auto_resume || !spank_remote(sp))
         return 0;
     char value[32];
@@ -162,13 +190,24 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         return 0;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const char *action = attempt <= auto_resume ? "requeue" : "give-up";
+    if (!in_batch_job(sp))
+        action = "cannot-requeue";
+    else if (WIFEXITED(status) && usage_error(code))
+        action = "usage-error";
     char line[256];
     snprintf(line, sizeof line, "%ld job=%u step=%u task=%u status=%d attempt=%d of=%d action=%s\n",
              (long)time(NULL), job, step, rank, code, attempt, auto_resume + 1, action);
     log_line(line);
-    slurm_info("hyperscope: job %u step %u task %u exited %d: attempt %d of %d: %s", job, step, rank,
-               code, attempt, auto_resume + 1, action);
-    if (attempt <= auto_resume && requeue(job) != 0)
+    if (strcmp(action, "cannot-requeue") == 0)
+        slurm_error("hyperscope: job %u task %u exited %d: not a batch job, so it cannot be requeued "
+                    "(submit it with sbatch for --auto-resume)", job, rank, code);
+    else if (strcmp(action, "usage-error") == 0)
+        slurm_error("hyperscope: job %u task %u exited %d, a usage error: it fails the same way on every "
+                    "attempt, so the job is not requeued", job, rank, code);
+    else
+        slurm_info("hyperscope: job %u step %u task %u exited %d: attempt %d of %d: %s", job, step, rank,
+                   code, attempt, auto_resume + 1, action);
+    if (strcmp(action, "requeue") == 0 && requeue(job) != 0)
         slurm_error("hyperscope: job %u: `%s requeue %u` failed", job, scontrol, job);
     return 0;
 }

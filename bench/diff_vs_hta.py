@@ -1,0 +1,190 @@
+"""``compare`` (``hyperscope diff``) against HTA 0.5.0's ``TraceDiff.compare_traces``.
+
+1. Speed: two generated profiles of ~10M events each (B = A with one kernel slowed, made by
+   ``analysis.slowdown``), ``compare`` timed in a fresh child process (target ≤ 5 s on 2 cores).
+   HTA cannot read a stored profile, and loading 10M events of Chrome JSON into pandas takes it
+   minutes and many GB, so HTA runs on a smaller pair (``--hta-events``, default 250k events a
+   side) exported to Chrome JSON, timed load + diff and diff alone; hyperscope is timed on the same
+   small pair too, so the ratio is measured on the same input.
+2. ``--record``: HTA's trace diff of DLRM rank 0 against rank 3 (CPU operators and GPU kernels)
+   written into ``tests/data/dlrm_rank0_vs_rank3/`` for ``tests/analysis/test_compare_hta.py``,
+   which then needs no HTA.
+
+HTA runs from ``bench/.venv-hta`` (made by ``import_vs_hta.ensure_hta_venv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    MAIN_PYTHON,
+    MIB,
+    REPO_ROOT,
+    RESULT_MARK,
+    RESULTS_DIR,
+    TRACES_DIR,
+    run_child,
+    write_results,
+)
+from import_vs_hta import HTA_PYTHON, HTA_VERSION, ensure_hta_venv
+
+RECORD_DIR = REPO_ROOT / "tests" / "data" / "dlrm_rank0_vs_rank3"
+SLOWED = "my_custom_fused_kernel"
+SLOW_NS = 20_000
+
+# argv: control dir, test dir, control rank, test rank, iterations ("first" or "all")
+HTA_CHILD = f"""
+import json, logging, sys, time
+logging.disable(logging.WARNING)
+from hta.trace_diff import DeviceType, LabeledTrace, TraceDiff
+t0 = time.perf_counter()
+control = LabeledTrace(label="control", trace_dir=sys.argv[1])
+test = LabeledTrace(label="test", trace_dir=sys.argv[2])  # one object for both breaks HTA's labels
+t1 = time.perf_counter()
+its = (lambda lt: lt.iterations()) if sys.argv[5] == "all" else (lambda lt: None)
+out = {{}}
+for dev in ("CPU", "GPU"):
+    df = TraceDiff.compare_traces(control, test, int(sys.argv[3]), int(sys.argv[4]), its(control), its(test),
+                                  device_type=DeviceType[dev])
+    cols = [c for c in df.columns if c != "counts_change_categories"]
+    rows = {{str(k): [float(v) for v in r] for k, r in zip(df.index, df[cols].values)}}
+    out[dev] = {{"columns": cols, "rows": rows}}
+t2 = time.perf_counter()
+events = sum(len(d) for lt in (control, test) for d in lt.t.traces.values())
+out.update(load_s=t1 - t0, diff_s=t2 - t1, wall_s=t2 - t0, events=int(events))
+print({RESULT_MARK!r} + json.dumps(out))
+"""
+
+# argv: profile A dir, profile B dir
+HS_CHILD = f"""
+import json, sys, time
+from pathlib import Path
+from hyperscope.analysis import ALL, compare
+from hyperscope.store.profile import Profile
+a, b = Profile.open(Path(sys.argv[1])), Profile.open(Path(sys.argv[2]))
+t0 = time.perf_counter()
+c = compare((a, ALL), (b, ALL))
+wall = time.perf_counter() - t0
+out = dict(wall_s=wall, events=a.meta.events + b.meta.events, line=c.summary.line, kernels=len(c.kernels))
+print({RESULT_MARK!r} + json.dumps(out))
+"""
+
+
+def record() -> None:
+    dlrm = TRACES_DIR / "param" / "dlrm_kineto"
+    if not dlrm.is_dir():
+        print(f"{dlrm} is absent: nothing to record")
+        return
+    run = run_child([str(HTA_PYTHON), "-c", HTA_CHILD, str(dlrm), str(dlrm), "0", "3", "first"])
+    RECORD_DIR.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "tool": f"HolisticTraceAnalysis {HTA_VERSION}",
+        "call": "TraceDiff.compare_traces(LabeledTrace(trace_dir=dlrm_kineto) x2, control_rank=0, "
+        "test_rank=3, device_type=CPU | GPU) (default: first iteration, full names); durations in us",
+        "made_by": "bench/diff_vs_hta.py --record",
+        "CPU": run.payload["CPU"],
+        "GPU": run.payload["GPU"],
+    }
+    target = RECORD_DIR / "hta_trace_diff.json"
+    target.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    print(f"recorded HTA's trace diff into {target.relative_to(REPO_ROOT)}")
+
+
+def _pair(root: Path, events: int) -> tuple[Path, Path]:
+    from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
+    from hyperscope.analysis.slowdown import write_slowed
+
+    ranks = 8 if events >= 1_000_000 else 1
+    per_step = GroundTruthSpec(ranks=1, steps=1).events_per_rank
+    spec = GroundTruthSpec(ranks=ranks, steps=max(3, events // (ranks * per_step)))
+    a = write_profile(root / "a", spec)
+    b = write_slowed(a, root / "b", {SLOWED: SLOW_NS})
+    return a.path, b.path
+
+
+def _chrome(profile_dir: Path, out: Path) -> Path:
+    from hyperscope.store.chrome import export_chrome
+    from hyperscope.store.profile import Profile
+
+    export_chrome(Profile.open(profile_dir), out)
+    return out
+
+
+def speed(events: int, hta_events: int, repeats: int) -> dict[str, Any]:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="diff-", dir=RESULTS_DIR))
+    try:
+        big = _pair(work / "big", events)
+        runs = [
+            run_child([str(MAIN_PYTHON), "-c", HS_CHILD, str(big[0]), str(big[1])]) for _ in range(repeats)
+        ]
+        runs.sort(key=lambda r: r.wall_s)
+        hs_big = runs[len(runs) // 2]
+        small = _pair(work / "small", hta_events)
+        hs_small = sorted(
+            (
+                run_child([str(MAIN_PYTHON), "-c", HS_CHILD, str(small[0]), str(small[1])])
+                for _ in range(repeats)
+            ),
+            key=lambda r: r.wall_s,
+        )[repeats // 2]
+        ca, cb = _chrome(small[0], work / "chrome-a"), _chrome(small[1], work / "chrome-b")
+        hta = run_child([str(HTA_PYTHON), "-c", HTA_CHILD, str(ca), str(cb), "0", "0", "all"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "big_events": hs_big.payload["events"],
+        "big_s": hs_big.wall_s,
+        "big_peak_mib": round(hs_big.peak_rss / MIB),
+        "big_line": hs_big.payload["line"],
+        "small_events_hyperscope": hs_small.payload["events"],
+        "small_events_hta": hta.payload["events"],
+        "small_hyperscope_s": hs_small.wall_s,
+        "small_hyperscope_mib": round(hs_small.peak_rss / MIB),
+        "hta_load_s": hta.payload["load_s"],
+        "hta_diff_s": hta.payload["diff_s"],
+        "hta_mib": round(hta.peak_rss / MIB),
+        "hta_kernels": len(hta.payload["GPU"]["rows"]),
+        "hyperscope_kernels": hs_small.payload["kernels"],
+    }
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000, help="events per side of the timed pair")
+    parser.add_argument("--hta-events", type=int, default=250_000, help="events per side of HTA's pair")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--record", action="store_true", help="only record HTA's DLRM trace diff")
+    args = parser.parse_args()
+    ensure_hta_venv()
+    if args.record:
+        record()
+        return 0
+    r = speed(args.events, args.hta_events, args.repeats)
+    print(
+        f"\ncompare, two profiles of {r['big_events']:,} events together (median of {args.repeats}, fresh "
+        f"process): {r['big_s']:.2f} s, peak {r['big_peak_mib']} MiB; target ≤ 5 s: "
+        f"{'met' if r['big_s'] <= 5 else 'MISSED'}"
+    )
+    print(f"  {r['big_line']}")
+    hs, hta_total = r["small_hyperscope_s"], r["hta_load_s"] + r["hta_diff_s"]
+    print(
+        f"same-input pair of {r['small_events_hta']:,} events (HTA's count): HTA load {r['hta_load_s']:.2f} s"
+        f" + trace diff {r['hta_diff_s']:.2f} s, {r['hta_mib']} MiB; hyperscope compare {hs:.2f} s"
+        f" ({r['small_hyperscope_mib']} MiB): {hta_total / hs:.1f}x faster than HTA's load + diff,"
+        f" {r['hta_diff_s'] / hs:.1f}x its diff alone"
+    )
+    write_results("diff_vs_hta", {"hta_version": HTA_VERSION, "repeats": args.repeats, **r})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""Soak: 20 clients for 10 minutes against the real ``hyperscope ui`` on a 1M-event profile.
+
+Each client, one request at a time, picks at random: a dashboard with random filters (a rank or
+two, a step range, or none; drawn from a pool of scopes, so that most answers come from the
+server's cache after the first minute, as in a team looking at the same jobs), a timeline tile
+(1 to 8 rows, a window at a random zoom from the whole profile down to 1/4096 of it, 1,000 to
+2,000 px), or a page of the jobs list (search, sort, offset among 2,000 jobs). The server is a
+separate process (``hyperscope ui``, bound to 127.0.0.1 only), so its memory is measured alone.
+
+Targets (issue 17): 0 errors but the documented 504 (time limit) and 413 (row cap); p99 of cached
+dashboards and of tiles ≤ 500 ms on 2 cores; RSS flat, no growth beyond 10% after warm-up (the
+first fifth of the run). No incumbent: this holds the server to its own limits.
+
+    python bench/soak.py                 # 10 minutes, 20 clients, 1M events
+    python bench/soak.py --minutes 2     # shorter, on a shared machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from _common import print_table, write_results
+from ui_api import add_jobs, generate
+
+from hyperscope.analysis import stored
+from hyperscope.schema.layout import profile_dir
+from hyperscope.store.profile import Profile
+from hyperscope.timeline import index as timeline_index
+
+P99_TARGET_MS = 500.0
+RSS_GROWTH_TARGET = 0.10
+DOCUMENTED = {504, 413}
+
+
+@dataclass
+class Tally:
+    """What the clients saw, by kind of request (guarded by ``lock``)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    statuses: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, kind: str, ms: float, status: int, what: str) -> None:
+        with self.lock:
+            self.statuses[status] += 1
+            if status == 200:
+                self.latencies[kind].append(ms)
+            elif status not in DOCUMENTED:
+                self.errors.append(f"{status} {what[:160]}")
+
+
+def start_server(home: Path, logs: Path) -> tuple[subprocess.Popen[str], str, int]:
+    err = open(logs / "server-err.txt", "w")  # noqa: SIM115 - for the server's whole life
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hyperscope", "ui", "--host", "127.0.0.1", "--port", "0", "--no-browser",
+         "--home", str(home)],
+        stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        if found:
+            return proc, "127.0.0.1", int(found.group(1))
+    raise SystemExit(f"the server did not start: {(logs / 'server-err.txt').read_text()[-2000:]}")
+
+
+def get(con: http.client.HTTPConnection, path: str) -> tuple[int, bytes]:
+    con.request("GET", path, headers={"Accept-Encoding": "gzip"})
+    answer = con.getresponse()
+    body = answer.read()
+    if answer.getheader("Content-Encoding") == "gzip":  # as a browser, the client pays for it
+        body = gzip.decompress(body)
+    return answer.status, body
+
+
+def row_ids(node: dict[str, Any]) -> list[str]:
+    found = [str(node["id"])] if str(node.get("id", "")).startswith(("host/", "stream/")) else []
+    for child in node.get("children") or []:
+        found += row_ids(child)
+    return found
+
+
+def client(
+    host: str, port: int, pid: str, plan: dict[str, Any], deadline: float, tally: Tally, seed: int
+) -> None:
+    rng = random.Random(seed)
+    con = http.client.HTTPConnection(host, port, timeout=120)
+    t_min, t_max = plan["span"]
+    while time.monotonic() < deadline:
+        pick = rng.random()
+        if pick < 0.4:
+            kind, path = "dashboard", f"/api/profiles/{pid}/dashboard{rng.choice(plan['scopes'])}"
+        elif pick < 0.85:
+            rows = ",".join(rng.sample(plan["rows"], rng.randint(1, min(8, len(plan["rows"])))))
+            width_ns = max(1000, (t_max - t_min) >> rng.randint(0, 12))
+            t0 = rng.randint(t_min, max(t_min, t_max - width_ns))
+            px = rng.randint(1000, 2000)
+            kind = "tile"
+            path = (
+                f"/api/profiles/{pid}/timeline/tile?rows={rows}&t0_ns={t0}&t1_ns={t0 + width_ns}&width={px}"
+            )
+        else:
+            search = rng.choice(["", "resnet", "run-1", "llama", "x"])
+            sort = rng.choice(["created", "name", "status", "ranks"])
+            kind, path = (
+                "jobs",
+                f"/api/jobs?search={search}&sort={sort}&offset={rng.randint(0, 1900)}&limit=100",
+            )
+        started = time.perf_counter()
+        try:
+            status, body = get(con, path)
+        except (OSError, http.client.HTTPException) as exc:
+            tally.add(kind, 0.0, -1, f"{path}: {exc!r}")
+            con.close()
+            con = http.client.HTTPConnection(host, port, timeout=120)
+            continue
+        ms = (time.perf_counter() - started) * 1e3
+        if kind == "dashboard" and status == 200 and b'"cached":true' in body[-200:]:
+            kind = "dashboard (cached)"
+        tally.add(kind, ms, status, f"{path}: {body[:200]!r}")
+    con.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long the clients run")
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--events", type=float, default=1.0, help="millions of events in the profile")
+    parser.add_argument("--keep", action="store_true", help="keep the generated store")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="hyperscope-soak-"))
+    home = work / "home"
+    proc: subprocess.Popen[str] | None = None
+    try:
+        pid, events, gen_s = generate(home, args.events)
+        add_jobs(home, 2000)
+        profile = Profile.open(profile_dir(home, pid))
+        stored.precompute_dashboard(profile)  # as `hyperscope import` leaves a profile
+        timeline_index.store(profile)
+        print(f"profile: {events:,} events (generated in {gen_s:.1f} s); 2,000 more jobs", flush=True)
+        proc, host, port = start_server(home, work)
+        con = http.client.HTTPConnection(host, port, timeout=300)
+        _, body = get(con, f"/api/profiles/{pid}/filters")
+        filters = json.loads(body)
+        while (answer := get(con, f"/api/profiles/{pid}/timeline/rows"))[0] == 503:
+            time.sleep(0.5)
+        rows = json.loads(answer[1])
+        con.close()
+        ranks, steps = filters["ranks"], filters["steps"]
+        scopes = [""]
+        rng = random.Random(17)
+        for _ in range(40):
+            parts = [f"rank={r}" for r in rng.sample(ranks, rng.randint(1, 2))] if rng.random() < 0.6 else []
+            if steps and rng.random() < 0.6:
+                a = rng.randint(steps["min"], steps["max"])
+                parts.append(f"steps={a}:{rng.randint(a, steps['max'])}")
+            scopes.append("?" + "&".join(parts) if parts else "")
+        plan = {
+            "scopes": sorted(set(scopes)),
+            "rows": row_ids(rows["root"]),
+            "span": (int(rows["start_ns"]), int(rows["end_ns"])),
+        }
+        server = psutil.Process(proc.pid)
+        tally = Tally()
+        duration = args.minutes * 60
+        deadline = time.monotonic() + duration
+        threads = [
+            threading.Thread(target=client, args=(host, port, pid, plan, deadline, tally, n), daemon=True)
+            for n in range(args.clients)
+        ]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        rss: list[tuple[float, int]] = []
+        while any(t.is_alive() for t in threads):
+            rss.append((time.monotonic() - started, server.memory_info().rss))
+            time.sleep(2.0)
+        for t in threads:
+            t.join()
+        alive = proc.poll() is None
+        warm = [m for s, m in rss if s >= duration / 5]
+        warm_rss, end_rss, peak_rss = warm[0], warm[-1], max(warm)
+        growth = (peak_rss - warm_rss) / warm_rss
+        lines = []
+        for kind in sorted(tally.latencies):
+            lat = tally.latencies[kind]
+            lines.append(
+                (kind, len(lat), round(statistics.median(lat), 1), round(pct(lat, 0.95), 1),
+                 round(pct(lat, 0.99), 1), round(max(lat), 1))
+            )  # fmt: skip
+        print_table(("request", "answered 200", "p50 ms", "p95 ms", "p99 ms", "max ms"), lines)
+        cached = tally.latencies.get("dashboard (cached)", []) + tally.latencies.get("tile", [])
+        p99 = pct(cached, 0.99)
+        total = sum(tally.statuses.values())
+        print(
+            f"\n{total:,} requests from {args.clients} clients in {args.minutes:g} min; statuses "
+            f"{dict(sorted(tally.statuses.items()))}; errors (not 504/413): {len(tally.errors)}"
+        )
+        for e in tally.errors[:10]:
+            print("  ", e)
+        print(
+            f"p99 of cached dashboards and tiles: {p99:.1f} ms (target ≤ {P99_TARGET_MS:g}); server RSS "
+            f"after warm-up {warm_rss / 2**20:.0f} MB, at the end {end_rss / 2**20:.0f} MB, peak "
+            f"{peak_rss / 2**20:.0f} MB: growth {growth:+.1%} (target ≤ {RSS_GROWTH_TARGET:.0%}); "
+            f"server {'up' if alive else 'DEAD'}"
+        )
+        write_results(
+            "soak",
+            {
+                "minutes": args.minutes,
+                "clients": args.clients,
+                "events": events,
+                "requests": total,
+                "statuses": {str(k): v for k, v in sorted(tally.statuses.items())},
+                "errors": tally.errors[:50],
+                "latency_ms": {
+                    r[0]: dict(zip(("n", "p50", "p95", "p99", "max"), r[1:], strict=True)) for r in lines
+                },
+                "p99_cached_dashboards_and_tiles_ms": p99,
+                "rss_mb": {"warm": warm_rss / 2**20, "end": end_rss / 2**20, "peak": peak_rss / 2**20},
+                "rss_growth": growth,
+                "server_alive": alive,
+            },
+        )
+        ok = not tally.errors and p99 <= P99_TARGET_MS and growth <= RSS_GROWTH_TARGET and alive
+        print("PASS" if ok else "FAIL")
+        sys.exit(0 if ok else 1)
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The Compare tab in real Chromium through the real ``hyperscope ui`` server: two profiles (B = A
+with one kernel slowed by a known amount), then two ranks of one profile; the summary, the steps
+side by side and the kernel table show what the analysis computed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from hyperscope import Store
+from hyperscope.analysis import ALL, compare
+from hyperscope.analysis.groundtruth import GroundTruthSpec
+from hyperscope.schema.layout import profile_dir
+from hyperscope.store.profile import Profile
+from tests.server.conftest import add_generated
+from tests.server.test_compare import SLOWED, D, add_slowed
+from tests.ui.conftest import screenshot
+from tests.ui.harness import missing, ui_server
+
+SPEC = GroundTruthSpec(ranks=2, steps=6)
+
+
+@dataclass(frozen=True)
+class Pair:
+    url: str
+    a: str
+    b: str
+    line: str
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    if missing():
+        pytest.skip(missing() or "")
+    home = tmp_path_factory.mktemp("ui-compare") / "home"
+    with Store(home) as store:
+        a = add_generated(store, "before", SPEC)
+        b = add_slowed(store, "after", a, {SLOWED: D})
+        expected = compare(
+            (Profile.open(profile_dir(home, a)), ALL), (Profile.open(profile_dir(home, b)), ALL)
+        ).summary.line
+    with ui_server(home) as url:
+        yield Pair(url, a, b, expected)
+
+
+def test_compare_two_profiles_then_two_ranks(page: Any, pair: Pair) -> None:
+    page.goto(f"{pair.url}/#/compare")
+    page.wait_for_selector(f"[data-compare=profile-a] option[value='{pair.a}']", state="attached")
+    page.select_option("[data-compare=profile-a]", pair.a)
+    page.select_option("[data-compare=profile-b]", pair.b)
+    page.click("[data-compare=run]")
+    page.wait_for_function(
+        "() => document.querySelector('[data-compare=summary]').textContent.startsWith('step time')"
+    )
+    assert page.text_content("[data-compare=summary]") == pair.line
+    assert "beyond noise" in pair.line and SLOWED in pair.line
+    # the same step of each run side by side: six bars a lane, B's each taller by the slowdown
+    for side in ("a", "b"):
+        steps = page.eval_on_selector_all(
+            f"[data-table=step_pairs] .step-bar-{side}", "els => els.map(e => e.dataset.step)"
+        )
+        assert steps == [str(s) for s in range(SPEC.steps)]
+    heights = page.eval_on_selector_all(
+        "[data-table=step_pairs] .step-bar",
+        "els => els.map(e => [e.dataset.index, e.classList[1], e.offsetHeight])",
+    )
+    by = {(i, side): hgt for i, side, hgt in heights}
+    assert all(by[(str(i), "step-bar-b")] > by[(str(i), "step-bar-a")] for i in range(SPEC.steps))
+    first = page.eval_on_selector(
+        "[data-table=kernels] tbody tr", "tr => [...tr.children].map(td => td.textContent)"
+    )
+    assert first[:4] == [SLOWED, "name", "24", "24"] and first[-1] == "100 %"
+    assert first[-2] == "40 µs"  # 2 launches a step, each 20 µs longer
+    for key in ("steps", "gpu_time", "operators", "memory", "collectives"):
+        assert page.locator(f"[data-table={key}] h3").count() == 1, key
+    screenshot(page, "compare-two-profiles")
+
+    page.select_option("[data-compare=profile-b]", "")  # same as A
+    page.fill("[data-compare=rank-a]", "0")
+    page.fill("[data-compare=rank-b]", "1")
+    page.click("[data-compare=run]")
+    page.wait_for_function(
+        "() => document.querySelector('[data-compare=summary]').textContent.includes('no change')"
+    )
+    assert page.text_content("[data-compare=summary]") == "step time +0.0 % (within noise); no change"
+    assert "before rank 0" in page.text_content(".compare-results") and "before rank 1" in page.text_content(
+        ".compare-results"
+    )
