@@ -110,7 +110,7 @@ def test_a_job_that_records_no_event_says_why(tmp_path: Path) -> None:
 
 def test_a_python_process_that_never_trains_records_nothing_and_says_why(tmp_path: Path) -> None:
     done = profile(tmp_path / "home", "--", sys.executable, "-c", "print('no training here')")
-    assert done.returncode == 1
+    assert done.returncode == 0  # the command's own exit code, whatever the profile
     assert "no profile was recorded" in done.stderr and "began training" in done.stderr
 
 
