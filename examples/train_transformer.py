@@ -11,6 +11,7 @@ begin/end pair for code that is not one block.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -95,16 +96,19 @@ def main(argv: list[str] | None = None) -> float:
     if not args.no_profile:
         hs.start_profiling(hs.ProfilerConfig(job=args.job, home=args.home, cpu_ops=args.cpu_ops))
     start = time.perf_counter()
+    ends = [start]  # each step's end, read where hs.step() marks it
     loss = torch.zeros(())
     for step in range(args.steps):
         if step == args.fail_at:
             raise RuntimeError(f"failing on purpose at step {step}")
         loss = train_step(args, model, optimizer, loss_fn, device)
+        ends.append(time.perf_counter())
         hs.step()
     final = float(loss.item())  # a device-to-host copy and a sync on a GPU
     elapsed = time.perf_counter() - start
     hs.stop_profiling()
     print(f"{args.steps} steps in {elapsed:.2f} s, final loss {final:.3f}")
+    print("step times (ms):", " ".join(f"{(b - a) * 1e3:.2f}" for a, b in itertools.pairwise(ends)))
     return final
 
 

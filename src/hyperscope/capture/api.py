@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import logging
+import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from hyperscope.capture.config import ProfilerConfig
+from hyperscope.capture.config import ENV_AUTOSTART, ProfilerConfig
 from hyperscope.capture.session import Session
 from hyperscope.recovery import heartbeat
 from hyperscope.store.catalog import RankStatus
@@ -41,15 +43,52 @@ def start_profiling(config: ProfilerConfig | None = None) -> bool:
     Without a config, the ``HYPERSCOPE_*`` environment variables decide (all defaults when unset).
     A second call while a capture runs changes nothing. Errors in the config raise ``UsageError``
     (they are the caller's to fix); anything else that goes wrong leaves training unprofiled, with
-    a warning in the log.
+    a warning in the log. Under ``hyperscope profile`` the launcher's job and store win over the
+    config's (ranks started by ``mp.spawn`` included): the run is one job, the operator's.
     """
-    global _session
     if config is None:
         config = ProfilerConfig.from_env()
+    return _start(launcher_identity(config), deferred=False)
+
+
+def start_at_startup(config: ProfilerConfig) -> bool:
+    """The launcher's capture, begun at interpreter start: it opens once the training begins."""
+    return _start(config, deferred=True)
+
+
+def launcher_identity(config: ProfilerConfig, environ: Mapping[str, str] | None = None) -> ProfilerConfig:
+    """``config`` with the job and store of the ``hyperscope profile`` this process runs under.
+
+    The launcher names the job in ``HYPERSCOPE_JOB`` and marks its processes (and their children)
+    with ``HYPERSCOPE_AUTOSTART``; a script that calls ``start_profiling`` with its own config
+    would otherwise record into a second job, leaving the launcher's empty.
+    """
+    env = os.environ if environ is None else environ
+    job = env.get("HYPERSCOPE_JOB")
+    if env.get(ENV_AUTOSTART) is None or not job:
+        return config
+    return dataclasses.replace(config, job=job, home=env.get("HYPERSCOPE_HOME") or config.home)
+
+
+def _start(config: ProfilerConfig, *, deferred: bool) -> bool:
+    global _session
     with _guard:
-        if _session is not None and not _session.finished:
+        running = _session
+        if running is not None and not running.finished:
+            if running.waiting and not deferred:
+                # The script starts profiling itself under the launcher: its settings, the
+                # launcher's job; the training begins here.
+                running.config = config
+                try:
+                    running.training_begins()
+                except Exception as exc:
+                    log.warning("hyperscope: profiling is off for this run: %s", exc)
+                    _session = None
+                    with contextlib.suppress(Exception):
+                        running.stop(RankStatus.INCOMPLETE, f"the capture could not start: {exc}")
+                    return False
             return True
-        session = Session(config)
+        session = Session(config, deferred=deferred)
         try:
             session.start()
         except Exception as exc:
@@ -84,6 +123,18 @@ def is_profiling() -> bool:
     return _session is not None and _session.recording
 
 
+def training_begins() -> None:
+    """A sign of training (the first model forward, optimizer step, Keras batch, ...): under the
+    launcher, start-up ends and step 0 begins here. Otherwise nothing."""
+    session = _session
+    if session is None or not session.waiting:
+        return
+    try:
+        session.training_begins()
+    except Exception as exc:
+        _give_up(session, exc)
+
+
 def step() -> None:
     """Mark the end of a training step (and the start of the next one).
 
@@ -97,7 +148,13 @@ def step() -> None:
         _manual_steps = True
         if _auto_steps:
             # Under the launcher the optimizer's step() closed this step a moment ago; from now on
-            # the script's own marks count, and this one is not a second, empty step.
+            # the script's own marks count: that step ends here, and this is not a second one.
+            session = _session
+            if session is not None and not session.finished:
+                try:
+                    session.retime_step()
+                except Exception as exc:
+                    _give_up(session, exc)
             return
     session = _session
     if session is None or session.finished:
@@ -118,7 +175,7 @@ def optimizer_step() -> None:
         return
     _auto_steps = True
     try:
-        session.step()
+        session.step(provisional=True)
     except Exception as exc:
         _give_up(session, exc)
 
@@ -126,7 +183,7 @@ def optimizer_step() -> None:
 def annotation_begin(name: str) -> int:
     """Open an annotation for code that is not one block; pass the handle to ``annotation_end``."""
     session = _session
-    if session is None or not session.recording:
+    if session is None or not (session.recording or session.waiting):
         return 0
     try:
         return session.begin(str(name))

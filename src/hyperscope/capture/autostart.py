@@ -14,12 +14,14 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Final
 
 from hyperscope.capture import api
-from hyperscope.capture.config import ProfilerConfig
+from hyperscope.capture._imports import when_imported
+from hyperscope.capture.config import ENV_AUTOSTART, ProfilerConfig
 
-ENV_AUTOSTART: Final = "HYPERSCOPE_AUTOSTART"
+__all__ = ["ENV_AUTOSTART", "autostart", "is_launcher"]
 _LAUNCHER_MODULES: Final = ("torch.distributed.run", "torch.distributed.launch")
 
 log = logging.getLogger("hyperscope.capture")
@@ -51,13 +53,33 @@ def autostart() -> bool:
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
     config = ProfilerConfig.from_env()
-    started = api.start_profiling(config)
-    if started:
-        _steps_from_optimizer()
+    started = api.start_at_startup(config)
+    if started:  # each framework hooked once the script imports it, never imported here
+        when_imported("torch.nn.modules.module", _training_from_first_forward)
+        when_imported("torch.optim.optimizer", _steps_from_optimizer)
+        when_imported("keras", _steps_from_keras)
+        when_imported("jax.profiler", _steps_from_jax)
     return started
 
 
-def _steps_from_optimizer() -> None:
+def _training_from_first_forward(module: ModuleType) -> None:
+    """Start-up ends at the first forward of any ``nn.Module`` (a global pre-hook, removed then).
+
+    Without it the first step would run from interpreter start: imports, data and model building
+    counted as step 0. Where it is missing, the first annotation, optimizer step or ``step()``
+    ends start-up.
+    """
+    handles: list[Any] = []
+
+    def first_forward(mod: Any, args: Any) -> None:
+        while handles:
+            handles.pop().remove()  # _call_impl iterates over a copy of the hooks: safe here
+        api.training_begins()
+
+    handles.append(module.register_module_forward_pre_hook(first_forward))
+
+
+def _steps_from_optimizer(optim: ModuleType) -> None:
     """One step per call of the first optimizer's ``step()``, unless the script calls ``step()``.
 
     The step is marked after ``step()`` returns, not from an optimizer step hook: PyTorch runs
@@ -65,10 +87,7 @@ def _steps_from_optimizer() -> None:
     (a flush). A record_function opened under one Kineto session and closed under the next writes
     into the freed session's buffers, which crashed a process now and then (SIGSEGV).
     """
-    try:
-        from torch.optim import Optimizer
-    except Exception:
-        return
+    Optimizer = optim.Optimizer
     original = Optimizer.profile_hook_step
     first: list[int] = []
     depth = threading.local()
@@ -80,6 +99,8 @@ def _steps_from_optimizer() -> None:
         def step(*args: Any, **kwargs: Any) -> Any:
             # a subclass's step() calling its parent's: one step, marked when the outer returns
             depth.n = getattr(depth, "n", 0) + 1
+            if depth.n == 1:
+                api.training_begins()  # a script without nn.Module: training began by now
             try:
                 out = inner(*args, **kwargs)
             finally:
@@ -93,4 +114,45 @@ def _steps_from_optimizer() -> None:
 
         return step
 
-    Optimizer.profile_hook_step = staticmethod(profile_hook_step)  # type: ignore[method-assign]
+    Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+
+
+def _steps_from_keras(keras: ModuleType) -> None:
+    """Every ``model.fit`` gets a callback: a batch begun starts the training (start-up ends), a
+    batch ended ends a step, as the optimizer's ``step()`` does in PyTorch."""
+
+    class HyperscopeSteps(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            api.training_begins()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            api.optimizer_step()
+
+    original = keras.Model.fit
+
+    @functools.wraps(original)
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        callbacks = list(kwargs.get("callbacks") or [])
+        if not any(isinstance(c, HyperscopeSteps) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, HyperscopeSteps()]
+        return original(self, *args, **kwargs)
+
+    keras.Model.fit = fit
+
+
+def _steps_from_jax(profiler: ModuleType) -> None:
+    """A ``jax.profiler.StepTraceAnnotation`` block is a step: entered, the training has begun;
+    left, the step ends (JAX's own way of saying where the steps of a jitted loop are)."""
+    cls = profiler.StepTraceAnnotation
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    def __enter__(self: Any) -> Any:
+        api.training_begins()
+        return enter(self)
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        out = exit_(self, *exc)
+        api.optimizer_step()
+        return out
+
+    cls.__enter__, cls.__exit__ = __enter__, __exit__

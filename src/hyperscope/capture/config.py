@@ -19,6 +19,8 @@ from typing import Any, Final
 from hyperscope.errors import UsageError
 
 ENV_PREFIX: Final = "HYPERSCOPE_"
+#: Set by ``hyperscope profile`` for its command: "1" starts the capture, "0" (its children) not.
+ENV_AUTOSTART: Final = "HYPERSCOPE_AUTOSTART"
 
 
 def _fail(name: str, value: object, expected: str) -> UsageError:

@@ -194,6 +194,7 @@ def _no_profile(code: int) -> str:
     if code != 0:
         return f"the command exited with code {code} before any Python process started profiling"
     return (
-        "no Python process started profiling: is the command a Python program (python, torchrun)? "
-        "A program that resets PYTHONPATH or runs with -S/-I skips hyperscope's sitecustomize"
+        "no Python process began training (hyperscope starts recording at the first step, "
+        "annotation, model forward or optimizer step): is the command a Python program (python, "
+        "torchrun)? A program that resets PYTHONPATH or runs with -S/-I skips hyperscope's sitecustomize"
     )

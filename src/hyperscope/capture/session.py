@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,16 +32,30 @@ log = logging.getLogger("hyperscope.capture")
 #: Rows of annotations and steps: (kind, name, tid, ts_ns, dur_ns, step).
 Mark = tuple[str, str, int, int, int, int]
 _CAT: Final = "user_annotation"
+#: The mark where the training began under the launcher (start-up is not step 0).
+STARTUP_NAME: Final = "hyperscope: training begins"
+STARTUP_CAT: Final = "hyperscope"
 
 
 class Session:
-    def __init__(self, config: ProfilerConfig, ctx: DistContext | None = None) -> None:
+    """One process's capture.
+
+    ``deferred`` (the launcher's sessions, begun at interpreter start) waits for the training to
+    begin, its first step, annotation or model forward, before it opens anything: start-up
+    (imports, data loading, model building) is then one mark of its own, not step 0, and a process
+    that never trains (the parent that ``mp.spawn`` starts the ranks from) is not a rank at all.
+    """
+
+    def __init__(
+        self, config: ProfilerConfig, ctx: DistContext | None = None, *, deferred: bool = False
+    ) -> None:
         self.config = config
-        self.ctx = ctx or DistContext.detect().refined()
-        # Ranks of one run must agree on the job without talking: unnamed, it is named after the run.
-        self.job = config.job_name(self.ctx.profile_id("")[:8] if self.ctx.world_size > 1 else None)
-        self.profile_id = self.ctx.profile_id(self.job)
+        self._given_ctx = ctx
+        self._identify()
         self.pid = os.getpid()
+        #: under the launcher, before the training began: nothing opened, nothing recorded yet
+        self.waiting = deferred
+        self.startup_ns: int | None = None
         self.step_no = 0
         self.recording = False
         self.finished = False
@@ -60,13 +75,42 @@ class Session:
         self._events_per_step: float | None = None
         self._min_gap_ns = int(config.flush_min_gap_s * 1e9)
         self._kineto: Any = None
+        self._startup_mark: tuple[int, int] | None = None
+        self._held: Mark | None = None
+        self._provisional_seen = False
+        self._own_events = 0  # rows of hyperscope's own (the start-up mark), not the training's
         self._sampler: Any = None
         self._writer: RankWriter | None = None
+
+    def _identify(self) -> None:
+        self.ctx = self._given_ctx or DistContext.detect().refined()
+        # Ranks of one run must agree on the job without talking: unnamed, it is named after the run.
+        self.job = self.config.job_name(self.ctx.profile_id("")[:8] if self.ctx.world_size > 1 else None)
+        self.profile_id = self.ctx.profile_id(self.job)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Open the profile and start recording; on any failure, run without capture."""
+        """Open the profile and start recording (a deferred session: once the training begins);
+        on any failure, run without capture."""
+        if not self.waiting:
+            self._open_capture()
+
+    def training_begins(self) -> None:
+        """The first sign of training in a deferred session: start-up ends, step 0 starts now."""
+        if not self.waiting or self.finished:
+            return
+        self.waiting = False
+        now = time.time_ns()
+        self.startup_ns = now - self._start_ns
+        # Identity again: a rank started by mp.spawn may have joined its process group since.
+        self._identify()
+        self._start_ns = self._step_start_ns = self._last_flush_ns = now
+        self.notes.append(f"start-up (interpreter start to training) took {self.startup_ns / 1e9:.2f} s")
+        self._startup_mark = (now, self.startup_ns)
+        self._open_capture()
+
+    def _open_capture(self) -> None:
         home = default_home() if self.config.home is None else self.config.home
         settings = self.config.settings() | {"run_id": self.ctx.run_id}
         target = CaptureTarget(
@@ -90,12 +134,21 @@ class Session:
         try:
             self._start_kineto_backend()
             self._start_sampler()
+            if self.config.duration_s is not None:  # from when recording starts, not before opening
+                self._deadline_ns = time.time_ns() + int(self.config.duration_s * 1e9)
             self._enter_step(self.step_no)
         except Exception as exc:  # the job must not stay InProgress for a capture that never ran
             self.stop(RankStatus.INCOMPLETE, f"the capture could not start: {exc}")
             raise
 
     def _start_kineto_backend(self) -> None:
+        from hyperscope.capture.xla_backend import FRAMEWORKS, framework_in_use
+
+        framework = framework_in_use()
+        if framework in FRAMEWORKS:
+            assert framework is not None
+            self._start_xla_backend(framework)
+            return
         from hyperscope.capture.torch_backend import KinetoSession, wanted_activities
 
         activities = wanted_activities(cpu_ops=self.config.records_cpu_ops, device=self.config.device)
@@ -112,6 +165,23 @@ class Session:
             )
         except Exception as exc:
             self._note(f"no PyTorch profiler activity: {exc}")
+
+    def _start_xla_backend(self, framework: str) -> None:
+        """TensorFlow's or JAX's own profiler, for what PyTorch's records in a PyTorch run."""
+        from hyperscope.capture.xla_backend import XlaSession, has_gpu
+
+        gpu = self.config.device and has_gpu(framework)
+        if self.config.device and not gpu:
+            self.notes.append(f"no device activity: {framework} sees no GPU here")
+        if not (gpu or self.config.records_cpu_ops):
+            return
+        try:
+            self._kineto = XlaSession(
+                framework, cpu_ops=self.config.records_cpu_ops, device=gpu,
+                python_stacks=self.config.python_stacks,
+            )  # fmt: skip
+        except Exception as exc:
+            self._note(f"no {framework} profiler activity: {exc}")
 
     def _start_sampler(self) -> None:
         if self.config.sample_interval_s == 0:
@@ -146,6 +216,9 @@ class Session:
         if self.finished:
             return
         self.finished = True
+        if self.waiting:  # the process never trained: it is no rank, and leaves nothing behind
+            return
+        self._commit_held()
         try:  # the time since the last step() is not a step: nothing says it finished one
             self._flush(restart=False)
         except Exception as exc:
@@ -162,32 +235,60 @@ class Session:
             writer.meta.notes = list(dict.fromkeys(self.notes))
             if self.dropped_marks:
                 writer.meta.notes.append(f"{self.dropped_marks} annotations dropped (max_buffered_events)")
-            writer.close(status, message)
+            writer.close(status, message, empty_reason=self._why_empty(), own_events=self._own_events)
 
     # -- the training thread's calls -----------------------------------------------------------
 
-    def step(self) -> None:
+    def _why_empty(self) -> str:
+        """Why a rank that ends with no events has none, for the job's message."""
+        first = None if self.config.steps is None else min(self.config.steps)
+        if first is not None and self.step_no < first:
+            return (f"the run ended in step {self.step_no}, before the first step to record "
+                    f"({first}, from steps={self.config.settings()['steps']})")  # fmt: skip
+        return "the run marked no step and no annotation, and PyTorch recorded no device activity"
+
+    def step(self, *, provisional: bool = False) -> None:
+        """End the current step. The first ``provisional`` end (the launcher's optimizer hook) is
+        held back, and no file written, until the next step, so that a script's own first
+        ``step()`` can still move it; later ones are final (the script marks no steps itself)."""
+        if self.waiting:  # the first step() ends start-up; the steps count from here
+            self.training_begins()
+            return
+        if provisional:
+            provisional, self._provisional_seen = not self._provisional_seen, True
         now = time.time_ns()
+        self._commit_held()
         if self.recording:
-            self._record_step_end(now)
+            self._record_step_end(now, hold=provisional)
         self.step_no += 1
         self._steps_since_flush += 1
         self._step_start_ns = now
-        self._enter_step(self.step_no, now)
+        self._enter_step(self.step_no, now, may_flush=not provisional)
 
-    def _record_step_end(self, now: int) -> None:
-        self._add(
-            (
-                EventKind.STEP,
-                f"ProfilerStep#{self.step_no}",
-                threading.get_native_id(),
-                self._step_start_ns,
-                now - self._step_start_ns,
-                self.step_no,
-            )
-        )
+    def _record_step_end(self, now: int, *, hold: bool = False) -> None:
+        mark = (EventKind.STEP, f"ProfilerStep#{self.step_no}", threading.get_native_id(),
+                self._step_start_ns, now - self._step_start_ns, self.step_no)  # fmt: skip
+        if hold:
+            self._held = mark
+        else:
+            self._add(mark)
 
-    def _enter_step(self, step: int, now: int | None = None) -> None:
+    def _commit_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._add(held)
+
+    def retime_step(self) -> None:
+        """The script marks its own steps from now on: the step the optimizer's hook ended a moment
+        ago ends here instead, where the script says, and no empty step comes between."""
+        now = time.time_ns()
+        held, self._held = self._held, None
+        if held is not None:
+            kind, name, tid, start, _, step = held
+            self._add((kind, name, tid, start, now - start, step))
+        self._step_start_ns = now
+
+    def _enter_step(self, step: int, now: int | None = None, *, may_flush: bool = True) -> None:
         now = time.time_ns() if now is None else now
         expired = self._deadline_ns is not None and now >= self._deadline_ns
         last = self.config.last_step
@@ -202,7 +303,7 @@ class Session:
             or (self._kineto is not None and self._steps_since_flush >= 1 and self._events_per_step is None)
             or (self._events_per_step or 0) * self._steps_since_flush >= self.config.max_buffered_events
         )
-        if self.recording and (not want or due):
+        if self.recording and (not want or (due and may_flush)):
             self._flush(restart=want)
         elif want and not self.recording and self._kineto is not None:
             self._kineto.start()
@@ -211,6 +312,8 @@ class Session:
             self.stop()
 
     def begin(self, name: str) -> int:
+        if self.waiting:
+            self.training_begins()
         if not self.recording:
             return 0
         with self._lock:
@@ -243,15 +346,13 @@ class Session:
         self._steps_since_flush = 0
         self._last_flush_ns = time.time_ns()
         if self._kineto is not None and self._kineto.running:
-            from hyperscope.capture import torch_backend
-
             try:
                 # Read here, before Kineto starts again (see KinetoSession.stop); typing and
                 # writing the rows happen on the writer's thread.
-                raw = torch_backend.kineto_rows(self._kineto.stop())
+                raw = self._kineto.rows(self._kineto.stop())
                 self._events_per_step = raw.num_rows / max(steps, 1)
             except Exception as exc:
-                self._note(f"PyTorch's profiler failed and was switched off: {exc}")
+                self._note(f"the framework's profiler failed and was switched off: {exc}")
                 self._kineto = None
             else:
                 rank, node = self.ctx.rank, self.ctx.node
@@ -260,6 +361,12 @@ class Session:
                 self._kineto.start()
         with self._lock:
             marks, self._marks = self._marks, []
+        if self._startup_mark is not None:
+            at, took = self._startup_mark
+            self._startup_mark = None
+            self._own_events += 1
+            rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
+            writer.submit(lambda: ("events", startup_table(at, took, rank=rank, node=node, pid=pid)))
         if marks:
             rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
             writer.submit(lambda: ("events", marks_table(marks, rank=rank, node=node, pid=pid)))
@@ -306,8 +413,32 @@ def marks_table(marks: list[Mark], *, rank: int, node: str, pid: int) -> pa.Tabl
     return table.sort_by([(k, "ascending") for k in SORT_KEY])
 
 
+def startup_table(at_ns: int, took_ns: int, *, rank: int, node: str, pid: int) -> pa.Table:
+    """Start-up as one instant where the training began, holding how long start-up took.
+
+    An instant, not a span: the profile's span, its CPU active share and its step statistics are
+    the training's, while the timeline still shows where (and after how long) the training began.
+    """
+    columns: dict[str, pa.Array] = {
+        "rank": pa.array([rank], pa.int32()),
+        "node": pa.array([node], pa.string()),
+        "pid": pa.array([pid], pa.int64()),
+        "tid": pa.array([threading.get_native_id()], pa.int64()),
+        "kind": pa.array([str(EventKind.INSTANT)], pa.string()),
+        "cat": pa.array([STARTUP_CAT], pa.string()),
+        "ph": pa.array(["i"], pa.string()),
+        "name": pa.array([STARTUP_NAME], pa.string()),
+        "ts_ns": pa.array([at_ns], pa.int64()),
+        "args": pa.array([f'{{"startup_ns":{took_ns},"process_start_ns":{at_ns - took_ns}}}'], pa.string()),
+    }
+    arrays = [columns.get(f.name, pa.nulls(1, f.type)) for f in EVENT_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
+
+
 def _device_properties() -> list[dict[str, Any]]:
     """The GPUs this process sees, as Kineto describes them in its traces' ``deviceProperties``."""
+    if "torch" not in sys.modules:  # a TensorFlow or JAX run: never import torch for this
+        return []
     try:
         import torch
 

@@ -10,6 +10,9 @@ cannot be read that way (2.11) go through Kineto's JSON export instead, with the
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,8 +123,9 @@ class KinetoSession:
 
     def start(self) -> None:
         ag = _autograd()
-        ag._prepare_profiler(self._config, self._activities)  # every time: Kineto resets at stop
-        ag._enable_profiler(self._config, self._activities)
+        with quiet_stderr():
+            ag._prepare_profiler(self._config, self._activities)  # every time: Kineto resets at stop
+            ag._enable_profiler(self._config, self._activities)
         self.running = True
 
     def stop(self) -> Any:
@@ -131,7 +135,47 @@ class KinetoSession:
         share state with the profiler, and reading them while it runs again crashes the process.
         """
         self.running = False
-        return _autograd()._disable_profiler()
+        with quiet_stderr():
+            return _autograd()._disable_profiler()
+
+    def rows(self, result: Any) -> pa.Table:
+        return kineto_rows(result)
+
+
+#: Lines Kineto writes to stderr at every start and stop of the profiler ("USDT:... profiler_start"),
+#: whatever its log level: noise in the user's terminal at every flush.
+_KINETO_NOISE: Final = (b"USDT:", b"STAGE:")
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Kineto's own lines kept off the terminal while the profiler starts or stops.
+
+    Kineto writes them straight to file descriptor 2, below Python. For the few milliseconds of
+    the call, fd 2 points at a temporary file; then it is put back and everything else written
+    there meanwhile (by any thread) is passed on unchanged, just later.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        try:
+            os.dup2(held.fileno(), 2)
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().splitlines(keepends=True)
+            kept = [line for line in lines if not line.startswith(_KINETO_NOISE)]
+            if kept:
+                with contextlib.suppress(OSError):
+                    os.write(2, b"".join(kept))
 
 
 def _autograd() -> Any:

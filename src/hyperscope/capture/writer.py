@@ -122,11 +122,19 @@ class RankWriter:
             self.dropped_items += 1
             self._fail(f"the writer fell behind; {self.dropped_items} batch(es) of events dropped")
 
-    def close(self, status: RankStatus, message: str = "") -> None:
-        """Write what is queued, then record the rank's end in its metadata and the catalog."""
+    def close(
+        self, status: RankStatus, message: str = "", *, empty_reason: str = "", own_events: int = 0
+    ) -> None:
+        """Write what is queued, then record the rank's end in its metadata and the catalog.
+
+        A rank that recorded no event of the training's (``own_events`` are hyperscope's own marks)
+        says so in the job's message, with ``empty_reason``: an empty job is never silent.
+        """
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
+        if self.error is None and empty_reason and self.meta.events <= own_events:
+            message = "; ".join(m for m in (message, f"no events were recorded: {empty_reason}") if m)
         if self.error is not None:
             message = "; ".join(m for m in (message, f"profile incomplete: {self.error}") if m)
             if status is RankStatus.COMPLETED:

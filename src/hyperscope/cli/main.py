@@ -132,8 +132,9 @@ def import_(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="Trace files (.json, .json.gz) written by torch.profiler/Kineto, or directories of "
-            "them. Several files of one distributed run become one profile, one rank per file.",
+            help="Trace files (.json, .json.gz) written by torch.profiler/Kineto, XPlane files "
+            "(.xplane.pb) and trace JSON (.trace.json.gz) written by TensorFlow and JAX, or directories "
+            "of them. Several files of one distributed run become one profile, one rank per file.",
             show_default=False,
             metavar="PATH",
         ),
@@ -149,7 +150,7 @@ def import_(
     ] = None,
     home: HomeOption = None,
 ) -> None:
-    """Import Kineto / Chrome-trace JSON into the store as one profile of JOB.
+    """Import Kineto / Chrome-trace JSON or XPlane (TF, JAX) into the store as one profile of JOB.
 
     The rank of each file comes from its distributedInfo, else from its name (rank3, worker3),
     else from --rank. Nothing is stored unless every file imports: a bad file stops the import

@@ -33,6 +33,8 @@ _RANK_IN_NAME: Final = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
 #: Timestamps above this many microseconds are taken as Unix-epoch based (after 2001-09-09).
 _EPOCH_US_MIN: Final = 10**15
 STAGED_TABLE: Final = "staged_rows"
+#: What a directory given to the import is searched for (XPlane: ``xplane_importer``).
+TRACE_SUFFIXES: Final = (".json", ".json.gz", ".xplane.pb")
 #: Chunks turned into rows at once: DuckDB runs each chunk's statements on one core.
 WORKERS: Final = 2
 
@@ -58,10 +60,10 @@ def trace_files(paths: Sequence[Path]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             inside = sorted(
-                p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")) and p.is_file()
+                p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIXES) and p.is_file()
             )
             if not inside:
-                raise TraceFormatError(path, "directory holds no .json or .json.gz trace file")
+                raise TraceFormatError(path, "directory holds no .json, .json.gz or .xplane.pb trace file")
             found.extend(inside)
         elif path.exists():
             found.append(path)

@@ -26,6 +26,7 @@ from hyperscope.store import profile as _profile
 from hyperscope.store._categories import device_like_others
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
 from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, trace_files
+from hyperscope.store.xplane_importer import add_xplane_files, is_xplane, prefer_xplane, readable_xla_json
 
 ENV_HOME = "HYPERSCOPE_HOME"
 _DISK_FULL = "{home}: disk full while importing; nothing was stored. Free space and retry."
@@ -87,7 +88,7 @@ class Store:
         """Import trace files (one per rank) as one profile of ``job``; all or nothing."""
         if not job.strip():
             raise UsageError("the job name is empty")
-        files = trace_files([Path(p) for p in paths])
+        files = prefer_xplane(trace_files([Path(p) for p in paths]))
         if rank is not None and len(files) != 1:
             raise UsageError(
                 "--rank applies to a single file; several files take their ranks from the traces"
@@ -98,7 +99,10 @@ class Store:
             with _profile.staging(self.home) as work:
                 importer = Importer(work, progress=progress)
                 try:
-                    importer.add_files(files, rank, default_rank=0 if len(files) == 1 else None)
+                    single = 0 if len(files) == 1 else None
+                    json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
+                    importer.add_files(json_files, rank, default_rank=single)
+                    add_xplane_files(importer, [f for f in files if is_xplane(f)], rank, default_rank=single)
                     staged = importer.result
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
