@@ -113,6 +113,7 @@ def _chrome(profile_dir: Path, out: Path) -> Path:
     from hyperscope.store.chrome import export_chrome
     from hyperscope.store.profile import Profile
 
+    out.mkdir(parents=True)  # one file per rank in it, the directory HTA reads
     export_chrome(Profile.open(profile_dir), out)
     return out
 
@@ -127,6 +128,10 @@ def speed(events: int, hta_events: int, repeats: int) -> dict[str, Any]:
         ]
         runs.sort(key=lambda r: r.wall_s)
         hs_big = runs[len(runs) // 2]
+        print(
+            f"compare at {hs_big.payload['events']:,} events: {[round(r.wall_s, 2) for r in runs]} s",
+            flush=True,
+        )
         small = _pair(work / "small", hta_events)
         hs_small = sorted(
             (
@@ -135,6 +140,7 @@ def speed(events: int, hta_events: int, repeats: int) -> dict[str, Any]:
             ),
             key=lambda r: r.wall_s,
         )[repeats // 2]
+        print(f"compare at {hs_small.payload['events']:,} events: {hs_small.wall_s:.2f} s", flush=True)
         ca, cb = _chrome(small[0], work / "chrome-a"), _chrome(small[1], work / "chrome-b")
         hta = run_child([str(HTA_PYTHON), "-c", HTA_CHILD, str(ca), str(cb), "0", "0", "all"])
     finally:

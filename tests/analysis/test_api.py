@@ -27,6 +27,7 @@ def test_all_is_complete_and_sorted() -> None:
         "memory",
         "operators",
         "ranks",
+        "slowdown",
         "steps",
         "stored",
     }

@@ -237,3 +237,18 @@ def test_steps_side_by_side(slowed: Comparison) -> None:
     assert [p.step_a for p in pairs] == [p.step_b for p in pairs] == list(range(SPEC.steps))
     assert all(p.delta_ns == PER_STEP * D for p in pairs)
     assert [p.dur_a_ns for p in pairs] == [SPEC.step_dur(s) for s in range(SPEC.steps)]
+
+
+@pytest.mark.parametrize("n", [7, 8, 41])
+def test_resampled_medians_have_the_distribution_of_resampling(n: int) -> None:
+    """The Beta draw of a resample's median against drawing the resamples themselves."""
+    import numpy as np
+
+    from hyperscope.analysis._diffstats import _resampled_medians
+
+    x = np.sort(np.random.default_rng(n).normal(100.0, 10.0, n))
+    drawn = _resampled_medians(x, np.random.default_rng(1))
+    brute = np.median(x[np.random.default_rng(2).integers(0, n, (20_000, n))], axis=1)
+    for q in (0.025, 0.25, 0.5, 0.75, 0.975):
+        assert abs(np.quantile(drawn, q) - np.quantile(brute, q)) < 1.0, q
+    assert set(np.unique(drawn)) <= set(x) | {(a + b) / 2 for a in x for b in x}

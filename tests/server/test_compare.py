@@ -83,6 +83,7 @@ def test_two_profiles(api: TestClient, pair: Pair) -> None:
         "summary",
         "steps",
         "step_histogram",
+        "step_pairs",
         "gpu_time",
         "kernels",
         "operators",

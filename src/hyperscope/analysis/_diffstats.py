@@ -6,6 +6,12 @@ Beyond noise: a percentile bootstrap of the difference of medians (B − A). Eac
 takes the difference of their medians; the change is beyond noise when the central
 ``CONFIDENCE`` interval of those differences excludes zero. The generator is seeded, so the same
 two profiles always give the same interval. Fewer than ``MIN_STEPS`` steps on a side: not judged.
+
+A resample's median is drawn without drawing the resample: resampling n sorted values is taking
+``ceil(n·U)`` for n uniform U, so its k-th smallest value is the sorted data at ``ceil(n·U(k))``,
+and the k-th smallest of n uniforms is Beta(k, n−k+1) distributed (the next one above it is
+``U(k) + (1 − U(k))·Beta(1, n−k)``). Same distribution as resampling, O(1) per round: 285k steps
+a side would otherwise take 2000 × 285k indices (4.5 GB).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -38,12 +44,25 @@ def median_diff_interval(a: Sequence[int], b: Sequence[int]) -> Interval | None:
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
         return None
     rng = np.random.default_rng(SEED)
-    xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    ma = np.median(xa[rng.integers(0, len(xa), (BOOTSTRAP_RESAMPLES, len(xa)))], axis=1)
-    mb = np.median(xb[rng.integers(0, len(xb), (BOOTSTRAP_RESAMPLES, len(xb)))], axis=1)
+    ma = _resampled_medians(np.sort(np.asarray(a, dtype=np.float64)), rng)
+    mb = _resampled_medians(np.sort(np.asarray(b, dtype=np.float64)), rng)
     tail = (1 - CONFIDENCE) / 2
     lo, hi = np.quantile(mb - ma, [tail, 1 - tail])
     return Interval(float(lo), float(hi))
+
+
+def _resampled_medians(
+    x: np.ndarray[Any, np.dtype[np.float64]], rng: np.random.Generator
+) -> np.ndarray[Any, Any]:
+    """``BOOTSTRAP_RESAMPLES`` medians of resamples (with replacement) of the sorted ``x``."""
+    n, m = len(x), BOOTSTRAP_RESAMPLES
+    k = (n + 1) // 2
+    u = rng.beta(k, n - k + 1, m)
+    lower = x[np.clip(np.ceil(n * u).astype(np.int64), 1, n) - 1]
+    if n % 2:
+        return lower
+    above = u + (1 - u) * rng.beta(1, n - k, m)
+    return (lower + x[np.clip(np.ceil(n * above).astype(np.int64), 1, n) - 1]) / 2
 
 
 #: Applied in order. What they strip is what differs between builds of "the same" kernel: C++
