@@ -43,7 +43,8 @@ _SLICE_ROWS: Final = 65_536
 #: The CPU op whose args describe an NCCL collective; Kineto copies them onto the kernel it launched.
 _COMMS_OP: Final = "record_param_comms"
 
-_RAW_SCHEMA: Final = pa.schema(
+#: The raw rows every capture backend hands to the importer's SQL (the XPlane reader's too).
+RAW_SCHEMA: Final = pa.schema(
     [
         ("ph", pa.string()),
         ("cat", pa.string()),
@@ -314,9 +315,9 @@ def kineto_rows(result: Any) -> pa.Table:
     for chunk in _trace_rows(result):
         if chunk:
             columns = zip(*chunk, strict=True)  # one transposition in C, not a loop per value
-            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, _RAW_SCHEMA, strict=True)]
-            batches.append(pa.RecordBatch.from_arrays(arrays, schema=_RAW_SCHEMA))
-    return pa.Table.from_batches(batches, schema=_RAW_SCHEMA)
+            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, RAW_SCHEMA, strict=True)]
+            batches.append(pa.RecordBatch.from_arrays(arrays, schema=RAW_SCHEMA))
+    return pa.Table.from_batches(batches, schema=RAW_SCHEMA)
 
 
 def kineto_table(result: Any, *, rank: int, node: str, con: duckdb.DuckDBPyConnection) -> pa.Table:

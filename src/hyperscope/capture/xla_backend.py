@@ -21,6 +21,7 @@ from typing import Any, Final
 import pyarrow as pa
 
 from hyperscope.capture import xplane
+from hyperscope.capture.torch_backend import RAW_SCHEMA
 
 FRAMEWORKS: Final = ("tensorflow", "jax")
 
@@ -99,7 +100,7 @@ class XlaSession:
     def rows(self, result: Any) -> pa.Table:
         """The window's events as raw rows (``torch_backend``'s layout); the files removed after."""
         if result is None:
-            return xplane.RAW_SCHEMA.empty_table()
+            return RAW_SCHEMA.empty_table()
         directory = Path(result)
         try:
             files = sorted(directory.rglob("*.xplane.pb"))

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
+from hyperscope.capture.torch_backend import RAW_SCHEMA
 from hyperscope.errors import TraceFormatError
 
 _DEVICE_PLANE: Final = re.compile(r"^/device:(?:GPU|TPU|XPU):(\d+)")
@@ -212,22 +213,6 @@ def _line(msg: memoryview, stat_names: dict[int, str]) -> XLine:
             line.events.append((meta, offset, dur, _stats(stats, stat_names)))
     line.name = display or name
     return line
-
-
-RAW_SCHEMA: Final = pa.schema(
-    [
-        ("ph", pa.string()),
-        ("cat", pa.string()),
-        ("name", pa.string()),
-        ("pid", pa.int64()),
-        ("tid", pa.int64()),
-        ("ts_ns", pa.int64()),
-        ("dur_ns", pa.int64()),
-        ("id", pa.int64()),
-        ("bp", pa.string()),
-        ("args", pa.string()),
-    ]
-)
 
 
 def _device_category(name: str) -> str:

@@ -66,11 +66,12 @@ def _remove_abandoned(root: Path) -> None:
     """Staging directories of processes that no longer run (killed imports, crashed captures)."""
     for entry in root.glob(f"{STAGING_PREFIX}*"):
         pid_text = entry.name[len(STAGING_PREFIX) :].split("-", 1)[0]
-        if pid_text.isdigit() and not _alive(int(pid_text)):
+        if pid_text.isdigit() and not process_alive(int(pid_text)):
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a staging directory's owner still runs (its pid is in the directory's name)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

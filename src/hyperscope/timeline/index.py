@@ -53,7 +53,7 @@ import numpy.typing as npt
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.derived import DERIVED_DIR, source_digest
-from hyperscope.store.profile import Profile
+from hyperscope.store.profile import Profile, process_alive
 
 log = logging.getLogger("hyperscope.timeline")
 
@@ -281,18 +281,8 @@ def _remove_abandoned(derived: Path) -> None:
     build killed by a signal, or by the machine's end, cannot remove its own)."""
     for entry in derived.glob(".timeline-*.*-*"):
         pid = entry.name.rpartition(".")[2].partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _build_and_store(profile: Profile, where: Path, progress: Callable[[float], None] | None) -> Index:
