@@ -24,7 +24,7 @@ from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
 from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
 from hyperscope.store.catalog import JobStatus, ProfileRef
-from hyperscope.store.profile import new_profile_id
+from hyperscope.store.profile import Profile, new_profile_id
 from hyperscope.store.synth import SynthSpec, write_rank
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +43,11 @@ class Home:
 def add_generated(store: Store, job: str, spec: GroundTruthSpec) -> str:
     """A ground-truth profile written into the store and listed in its catalog."""
     pid = new_profile_id()
-    profile = write_profile(profile_dir(store.home, pid), spec)
+    return list_profile(store, job, pid, write_profile(profile_dir(store.home, pid), spec))
+
+
+def list_profile(store: Store, job: str, pid: str, profile: Profile) -> str:
+    """A profile written straight into the store's folder (as ``pid``), listed in its catalog as ``job``."""
     ref = ProfileRef(
         id=pid,
         job_id=0,

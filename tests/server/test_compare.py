@@ -15,9 +15,8 @@ from hyperscope.analysis.groundtruth import GroundTruthSpec
 from hyperscope.analysis.slowdown import write_slowed
 from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
-from hyperscope.store.catalog import JobStatus, ProfileRef
 from hyperscope.store.profile import Profile, new_profile_id
-from tests.server.conftest import add_generated, local
+from tests.server.conftest import add_generated, list_profile, local
 
 SLOWED, D = "my_custom_fused_kernel", 20_000
 
@@ -26,20 +25,7 @@ def add_slowed(store: Store, job: str, source: str, slow: dict[str, int]) -> str
     """Profile ``source`` with ``slow`` applied (analysis.slowdown), listed in the catalog as ``job``."""
     pid = new_profile_id()
     profile = write_slowed(Profile.open(profile_dir(store.home, source)), profile_dir(store.home, pid), slow)
-    ref = ProfileRef(
-        id=pid,
-        job_id=0,
-        created_ns=profile.meta.created_ns,
-        source="import",
-        events=profile.meta.events,
-        ranks=len(profile.meta.ranks),
-        bytes=profile.disk_bytes(),
-        origin="generated",
-    )
-    store.catalog.add_profile(
-        job, ref, status=JobStatus.COMPLETED, nodes=profile.meta.nodes, created_ns=profile.meta.created_ns
-    )
-    return pid
+    return list_profile(store, job, pid, profile)
 
 
 @dataclass(frozen=True, slots=True)
