@@ -186,8 +186,13 @@ def import_(
             if _still_there(store, report):
                 raise
             # `hyperscope rm` (an operator's own action) removed it meanwhile: the import did its part
-            err.print(Text("warning: ", style="bold yellow") + Text(f"job {report.job.name!r} was "
-                      f"removed while this import finished (profile {report.profile.id}): {exc}"))
+            err.print(
+                Text("warning: ", style="bold yellow")
+                + Text(
+                    f"job {report.job.name!r} was "
+                    f"removed while this import finished (profile {report.profile.id}): {exc}"
+                )
+            )
 
 
 def _still_there(store: Store, report: ImportReport) -> bool:

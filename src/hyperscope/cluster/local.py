@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hyperscope.cluster import conf, hooks
+from hyperscope.cluster import conf, hooks, operate
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import (
@@ -192,15 +192,24 @@ class LocalProvider:
         return state
 
     def _popen(
-        self, state: ClusterState, role: str, argv: list[str], log: str, node: str = "", *, save: bool = True
+        self,
+        state: ClusterState,
+        role: str,
+        argv: list[str],
+        log: str,
+        node: str = "",
+        *,
+        save: bool = True,
+        extra_env: dict[str, str] | None = None,
     ) -> Proc:
-        env = {**os.environ, "SLURM_CONF": state.slurm_conf, MARKER: state.dir}
+        env = {**os.environ, "SLURM_CONF": state.slurm_conf, MARKER: state.dir, **(extra_env or {})}
+        fds = tuple(int(v) for k, v in (extra_env or {}).items() if k == operate.AGENT_LOCK_FD_ENV)
         if node:  # inherited by the node's slurmstepds: how a node's own processes are found
             env[NODE_MARKER] = node
         with open(Path(state.dir) / "log" / log, "ab") as out:
             child = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True,
+                start_new_session=True, pass_fds=fds,
             )  # fmt: skip
         proc = adopt(child, role, node)
         state.procs.append(proc)
@@ -273,8 +282,9 @@ class LocalProvider:
             self._wait(slurm.ping, 30, "slurmctld did not restart", state, "slurmctld.log")
         return roles
 
-    def start_agent(self, state: ClusterState) -> Proc:
-        """``hyperscope agent`` on the controller: one more tracked daemon, stopped first by delete."""
+    def start_agent(self, state: ClusterState) -> Proc | None:
+        """``hyperscope agent`` on the controller: one more tracked daemon, stopped first by delete
+        (None when a watchdog's agent was quicker: it records itself)."""
         argv = [
             sys.executable,
             "-m",
@@ -285,7 +295,10 @@ class LocalProvider:
             "--home",
             str(self.home),
         ]
-        return self._popen(state, "agent", argv, "agent.out")
+        with operate.agent_lock(Path(state.dir)) as lock_env:
+            if lock_env is None:
+                return None
+            return self._popen(state, "agent", argv, "agent.out", extra_env=lock_env)
 
     def start_slurmd(self, state: ClusterState, node: NodeState, *, save: bool = True) -> Proc:
         return self._popen(

@@ -18,9 +18,12 @@ and the agent merges each result into the state under a short lock.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +33,8 @@ from hyperscope.cluster.spec import RecoverySettings
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, adopt, stop
 
 HOOK_TIMEOUT_S = 600.0
+#: the agent's lock, already taken for it by whoever started it (see :func:`agent_lock`)
+AGENT_LOCK_FD_ENV = "HYPERSCOPE_AGENT_LOCK_FD"
 
 
 @dataclass(slots=True)
@@ -121,16 +126,41 @@ def open_ticket(recovery: RecoverySettings, state: ClusterState, node: NodeState
     return "recovery.ticket_command run"
 
 
-def start_agent(home: Path, state: ClusterState) -> Proc:
+@contextlib.contextmanager
+def agent_lock(cluster_dir: Path) -> Iterator[dict[str, str] | None]:
+    """The agent's lock, taken before the agent is spawned and inherited by it: a Python start-up
+    on a loaded machine can take longer than a slurmd's watchdog interval, and a watchdog that
+    found the lock free would start a second agent (the first then exits, and the pid recorded
+    at create is stale). Yields the environment to add to the child's, or None when an agent
+    already holds the lock (a watchdog's was quicker; it records itself)."""
+    try:
+        f = open(cluster_dir / "agent.lock", "a")  # noqa: SIM115 - handed to the child
+    except OSError:
+        yield {}
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield None
+            return
+        yield {AGENT_LOCK_FD_ENV: str(f.fileno())}  # closed here; the child's copy keeps the lock
+
+
+def start_agent(home: Path, state: ClusterState) -> Proc | None:
     """``hyperscope agent`` on this machine (the one that created or adopted the cluster): one more
-    recorded daemon, stopped first by delete."""
+    recorded daemon, stopped first by delete. None when an agent runs already."""
     argv = [sys.executable, "-m", "hyperscope", "agent", "--cluster", state.name, "--home", str(home)]
-    env = {**os.environ, "HYPERSCOPE_CLUSTER_DIR": state.dir}
-    with open(Path(state.dir) / "log" / "agent.out", "ab") as out:
-        child = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True,
-        )  # fmt: skip
+    with agent_lock(Path(state.dir)) as lock_env:
+        if lock_env is None:
+            return None
+        env = {**os.environ, "HYPERSCOPE_CLUSTER_DIR": state.dir, **lock_env}
+        fds = tuple(int(v) for v in lock_env.values())
+        with open(Path(state.dir) / "log" / "agent.out", "ab") as out:
+            child = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True, pass_fds=fds,
+            )  # fmt: skip
     proc = adopt(child, "agent")
     state.procs.append(proc)
     state.save()

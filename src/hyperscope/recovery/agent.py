@@ -35,7 +35,7 @@ from typing import Any
 
 from hyperscope.cluster import jobs as catalog_jobs
 from hyperscope.cluster import nodeops
-from hyperscope.cluster.operate import NodeOperator, Outcome, open_ticket, operator_for
+from hyperscope.cluster.operate import AGENT_LOCK_FD_ENV, NodeOperator, Outcome, open_ticket, operator_for
 from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError, parse_show_node
 from hyperscope.cluster.spec import RecoverySettings, load_spec
 from hyperscope.cluster.state import (
@@ -582,7 +582,18 @@ class Agent:
 
 @contextlib.contextmanager
 def _single(path: Path) -> Iterator[bool]:
-    """An exclusive lock held for the agent's life: True when this process got it."""
+    """An exclusive lock held for the agent's life: True when this process got it, or was handed
+    it by the provider that started it (``operate.agent_lock``)."""
+    handed = os.environ.pop(AGENT_LOCK_FD_ENV, "")
+    if handed.isdigit():
+        try:
+            f = os.fdopen(int(handed), "a")
+        except OSError:
+            pass  # not inherited after all: take it as anyone would
+        else:
+            with f:
+                yield True
+            return
     try:
         f = open(path, "a")  # noqa: SIM115 - held open for as long as the agent runs
     except OSError:

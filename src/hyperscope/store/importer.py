@@ -59,9 +59,7 @@ def trace_files(paths: Sequence[Path]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            inside = sorted(
-                p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIXES) and p.is_file()
-            )
+            inside = sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIXES) and p.is_file())
             if not inside:
                 raise TraceFormatError(path, "directory holds no .json, .json.gz or .xplane.pb trace file")
             found.extend(inside)
