@@ -47,8 +47,12 @@ class Address:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (0: any free port), IPv6 when the host is one."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, and TCP_NODELAY set here (accepted sockets inherit it): asyncio turns Nagle
+    # off only on sockets whose protocol says TCP, and a socket made with protocol 0 kept it on, so
+    # every answer (its headers and body are two writes) waited ~40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
