@@ -35,7 +35,7 @@ def slurm_conf(
     lines = [
         "# Written by hyperscope from " + (state.spec_path or "a spec") + "; rewritten on every create.",
         f"ClusterName={spec.name}",
-        "SlurmctldHost={1}({0})".format(*addr.get(state.controller, ("127.0.0.1", "localhost"))),
+        *_controllers(state, addr.get(state.controller)),
         f"SlurmctldPort={state.ctld_port}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
@@ -44,7 +44,7 @@ def slurm_conf(
         "SlurmdUser=root",
         f"StateSaveLocation={d / 'state'}",
         f"SlurmdSpoolDir={r / 'spool'}/%n",
-        f"SlurmctldPidFile={d / 'state' / 'slurmctld.pid'}",
+        f"SlurmctldPidFile={(ctld_dir(state) if state.backup_controller else d / 'state') / 'slurmctld.pid'}",
         f"SlurmdPidFile={d / 'state'}/slurmd-%n.pid",
         f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
         f"SlurmdLogFile={d / 'log'}/slurmd-%n.log",
@@ -84,6 +84,25 @@ def slurm_conf(
     active = ",".join(n.name for n in workers if not n.spare)
     lines.append(f"PartitionName={s.partition} Nodes={active} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def ctld_dir(state: ClusterState) -> Path:
+    """The primary's pid-file folder; the backup sees its own folder here (a bind mount), since a
+    slurmctld starting up kills the process its pid file names."""
+    return Path(state.run_dir) / "ctld"
+
+
+def _controllers(state: ClusterState, host: tuple[str, str] | None) -> list[str]:
+    """``SlurmctldHost`` lines. With a backup, each slurmctld runs under its own host name (how
+    slurmctld tells whether it is the primary or the backup) and listens only on its own loopback
+    address (``NoCtldInAddrAny``), so both share the port on one machine."""
+    if not state.backup_controller:
+        return ["SlurmctldHost={1}({0})".format(*(host or ("127.0.0.1", "localhost")))]
+    return [
+        f"SlurmctldHost={state.controller}(127.0.0.1)",
+        f"SlurmctldHost={state.backup_controller}(127.0.0.2)",
+        "CommunicationParameters=NoCtldInAddrAny",
+    ]
 
 
 def gres_conf(spec: ClusterSpec, state: ClusterState, *, real: bool = False) -> str:

@@ -27,6 +27,7 @@ from hyperscope.cluster import conf, hooks, operate
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import (
+    BACKUP_CTLD,
     ClusterError,
     ClusterState,
     NodeState,
@@ -46,6 +47,7 @@ from hyperscope.cluster.state import (
 MARKER = "HYPERSCOPE_CLUSTER_DIR"
 #: Set in a slurmd's environment: its slurmstepds inherit it, which is how one node's are found.
 NODE_MARKER = "HYPERSCOPE_SLURMD_NODE"
+BACKUP = BACKUP_CTLD
 ON_CREATE_TIMEOUT_S = 600.0
 IDLE_TIMEOUT_S = 30.0
 _OUTPUT_TAIL = 4000
@@ -169,6 +171,7 @@ class LocalProvider:
             partition=spec.slurm.partition,
             ctld_port=ports[0],
             run_dir=str(runtime_dir(d)),
+            backup_controller=f"{controller}-backup" if spec.slurm.backup_controller else "",
         )
         shutil.rmtree(state.run_dir, ignore_errors=True)
         node_ports = iter(ports[1:])
@@ -230,9 +233,16 @@ class LocalProvider:
             lambda: (m / "munge.sock").exists(), 10, "munged did not create its socket", state, "munged.out"
         )
         say(state.controller, "starting slurmctld")
-        self._popen(state, "slurmctld", ["slurmctld", "-D", "-c", "-f", state.slurm_conf], "slurmctld.out")
+        self._popen(state, "slurmctld", self._ctld_argv(state, clear=True), "slurmctld.out")
         slurm = Slurm(Path(state.slurm_conf))
         self._wait(slurm.ping, 15, "slurmctld does not answer `scontrol ping`", state, "slurmctld.log")
+        if state.backup_controller:
+            say(state.controller, "starting the backup slurmctld")
+            self._popen(state, BACKUP, self._ctld_argv(state, backup=True), "slurmctld-backup.out")
+            self._wait(
+                lambda: slurm.controllers().get(state.backup_controller) == "UP", 30,
+                "the backup slurmctld does not answer `scontrol ping`", state, "slurmctld-backup.out",
+            )  # fmt: skip
         groups = {g.name: g for g in spec.groups}
         for node in state.nodes:
             say(node.name, "running on_create.sh")
@@ -263,7 +273,7 @@ class LocalProvider:
         """Start again whichever of munged and slurmctld has died (the agent's watchdog): slurmctld
         without ``-c``, so it recovers its jobs and nodes from StateSaveLocation and running jobs go
         on. The roles restarted."""
-        dead = [p for p in state.procs if p.role in ("munged", "slurmctld") and not alive(p)]
+        dead = [p for p in state.procs if p.role in ("munged", "slurmctld", BACKUP) and not alive(p)]
         roles = [p.role for p in dead]
         state.procs = [p for p in state.procs if p not in dead]
         m = Path(state.run_dir) / "munge"
@@ -276,11 +286,38 @@ class LocalProvider:
                 "munged.out",
             )  # fmt: skip
             self._wait(lambda: (m / "munge.sock").exists(), 10, "munged did not restart", state, "munged.out")
+        slurm = Slurm(Path(state.slurm_conf))
         if "slurmctld" in roles:
-            self._popen(state, "slurmctld", ["slurmctld", "-D", "-f", state.slurm_conf], "slurmctld.out")
-            slurm = Slurm(Path(state.slurm_conf))
+            self._popen(state, "slurmctld", self._ctld_argv(state), "slurmctld.out")
             self._wait(slurm.ping, 30, "slurmctld did not restart", state, "slurmctld.log")
+        if BACKUP in roles:
+            self._popen(state, BACKUP, self._ctld_argv(state, backup=True), "slurmctld-backup.out")
         return roles
+
+    def _ctld_argv(self, state: ClusterState, *, backup: bool = False, clear: bool = False) -> list[str]:
+        """slurmctld in the foreground (``clear``: a fresh cluster forgets old state). With a backup
+        controller, each runs in its own UTS namespace under the host name slurm.conf gives it,
+        and the backup in a mount namespace where the pid-file folder is its own."""
+        core = ["slurmctld", "-D", *(["-c"] if clear else []), "-f", state.slurm_conf]
+        if not state.backup_controller:
+            return core
+        ctld = conf.ctld_dir(state)
+        own = ctld.with_name("ctld-backup") if backup else ctld
+        own.mkdir(parents=True, exist_ok=True)
+        ctld.mkdir(parents=True, exist_ok=True)
+        # with NoCtldInAddrAny slurmctld resolves its own name: both names, in its own /etc/hosts
+        hosts = ctld.with_name("hosts")
+        system = Path("/etc/hosts").read_text() if Path("/etc/hosts").is_file() else ""
+        hosts.write_text(system + f"\n127.0.0.1 {state.controller}\n127.0.0.2 {state.backup_controller}\n")
+        name = state.backup_controller if backup else state.controller
+        script = (
+            'hostname "$1" && mount --bind "$4" /etc/hosts && '
+            '{ [ "$2" = "$3" ] || mount --bind "$2" "$3"; } && shift 4 && exec "$@"'
+        )
+        return [
+            "unshare", "--uts", "--mount", "--propagation", "private",
+            "sh", "-c", script, "sh", name, str(own), str(ctld), str(hosts), *core,
+        ]  # fmt: skip
 
     def start_agent(self, state: ClusterState) -> Proc | None:
         """``hyperscope agent`` on the controller: one more tracked daemon, stopped first by delete
@@ -389,11 +426,13 @@ class LocalProvider:
         """The agent (so it replaces nothing meanwhile), slurmds, then their slurmstepds and job
         tasks, then slurmctld, then munged."""
         stop([p for p in state.procs if p.role == "agent"])
-        by_role = {r: [p for p in state.procs if p.role == r] for r in ("slurmd", "slurmctld", "munged")}
+        by_role = {
+            r: [p for p in state.procs if p.role == r] for r in ("slurmd", "slurmctld", BACKUP, "munged")
+        }
         stop([*by_role["slurmd"], *self._strays(state)])
         # a health check or agent slurmd started while the first sweep ran: one more
         stop(self._strays(state))
-        stop(by_role["slurmctld"])
+        stop([*by_role["slurmctld"], *by_role[BACKUP]])
         stop(by_role["munged"])
         state.procs = []
         if state.run_dir:
@@ -409,7 +448,7 @@ class LocalProvider:
         """Everything that carries the cluster's marker (slurmstepds, job tasks, health checks, a
         restarted agent) but is not slurmctld, munged or their children (slurmscriptd stops with
         slurmctld)."""
-        keep = {p.pid for p in state.procs if p.role in ("slurmctld", "munged")}
+        keep = {p.pid for p in state.procs if p.role in ("slurmctld", BACKUP, "munged")}
         found = processes_with_env([f"{MARKER}={state.dir}"]) + processes_with_env(
             [f"SLURM_CONF={state.slurm_conf}"], require="SLURM_JOB_ID"
         )
