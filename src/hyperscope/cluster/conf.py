@@ -13,6 +13,8 @@ import os
 import stat
 from pathlib import Path
 
+import yaml
+
 from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import ClusterState, NodeState
 
@@ -156,7 +158,29 @@ def resource_config(state: ClusterState) -> str:
     return json.dumps(doc, indent=1) + "\n"
 
 
-def write_files(spec: ClusterSpec, state: ClusterState) -> None:
+#: the spec as it was at create (or the last update), beside slurm.conf: what an update compares
+#: against, since users edit their spec file in place before ``cluster update``
+SPEC_COPY = "spec.yaml"
+
+
+def keep_spec(spec: ClusterSpec, state: ClusterState) -> None:
+    """The spec file as it is now, its folders made absolute (the copy lives elsewhere)."""
+    if spec.source is None or not spec.source.is_file():
+        return
+    doc = yaml.safe_load(spec.source.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        return
+    if spec.lifecycle_dir is not None:
+        doc["lifecycle_scripts"] = str(spec.lifecycle_dir)
+    doc["shared_dir"] = str(spec.shared_dir)
+    recovery = doc.get("recovery")
+    if isinstance(recovery, dict) and spec.recovery.health_checks_dir is not None:
+        recovery["health_checks_dir"] = str(spec.recovery.health_checks_dir)
+    (Path(state.dir) / "etc" / SPEC_COPY).write_text(yaml.safe_dump(doc), encoding="utf-8")
+
+
+def write_files(spec: ClusterSpec, state: ClusterState, *, new_key: bool = True) -> None:
+    """Everything Slurm reads; ``new_key`` False (an update of a live cluster) keeps munge's key."""
     d = Path(state.dir)
     etc = d / "etc"
     (etc / "slurm.conf").write_text(slurm_conf(spec, state))
@@ -174,5 +198,6 @@ def write_files(spec: ClusterSpec, state: ClusterState) -> None:
     r.chmod(0o755)
     munge.chmod(0o755)  # munged refuses a socket folder that is not o+x
     key = munge / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o400)
+    if new_key or not key.is_file():
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)

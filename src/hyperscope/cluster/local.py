@@ -63,7 +63,7 @@ def missing_requirements() -> str | None:
     return None
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -153,7 +153,7 @@ class LocalProvider:
         for sub in ("etc", "state", "log", "dev"):
             (d / sub).mkdir(parents=True)
         ports = (
-            _free_ports(len(spec.slurm_nodes()) + 1)
+            free_ports(len(spec.slurm_nodes()) + 1)
             if spec.slurm.port_base == 0
             else list(range(spec.slurm.port_base, spec.slurm.port_base + len(spec.slurm_nodes()) + 1))
         )
@@ -188,6 +188,7 @@ class LocalProvider:
                 )
             )
         conf.write_files(spec, state)
+        conf.keep_spec(spec, state)
         with open(state.slurm_conf, "a") as f:  # the health check and --auto-resume
             f.write("\n".join(hooks.install(spec, state)) + "\n")
         spec.shared_dir.mkdir(parents=True, exist_ok=True)
@@ -343,13 +344,23 @@ class LocalProvider:
             f"slurmd-{node.name}.out", node.name, save=save,
         )  # fmt: skip
 
-    def run_on_create(self, spec: ClusterSpec, state: ClusterState, node: NodeState) -> None:
-        """``on_create.sh`` for one node, as at create (a fresh node replacing a failed one)."""
+    def run_on_create(
+        self, spec: ClusterSpec, state: ClusterState, node: NodeState, *, update: bool = False
+    ) -> None:
+        """``on_create.sh`` for one node, as at create (a fresh node replacing a failed one);
+        ``update``: the software update step, ``on_update.sh`` where the lifecycle folder has one,
+        else ``on_create.sh`` again, with ``HYPERSCOPE_UPDATE=1``."""
         gpus = {g.name: g.gpus_per_node for g in spec.groups}[node.group]
-        self._on_create(spec, state, node, gpus)
+        self._on_create(spec, state, node, gpus, update=update)
 
-    def _on_create(self, spec: ClusterSpec, state: ClusterState, node: NodeState, gpus: int) -> None:
+    def _on_create(
+        self, spec: ClusterSpec, state: ClusterState, node: NodeState, gpus: int, *, update: bool = False
+    ) -> None:
+        script = spec.on_create
+        if update and spec.lifecycle_dir is not None and (spec.lifecycle_dir / "on_update.sh").is_file():
+            script = spec.lifecycle_dir / "on_update.sh"
         env = {
+            **({"HYPERSCOPE_UPDATE": "1"} if update else {}),
             **os.environ,
             "SLURM_CONF": state.slurm_conf,
             "HYPERSCOPE_CLUSTER": state.name,
@@ -364,7 +375,7 @@ class LocalProvider:
         }
         try:
             done = subprocess.run(
-                ["bash", str(spec.on_create)], cwd=spec.lifecycle_dir, env=env, stdout=subprocess.PIPE,
+                ["bash", str(script)], cwd=spec.lifecycle_dir, env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=ON_CREATE_TIMEOUT_S, check=False,
             )  # fmt: skip
             raw: bytes | None = done.stdout
@@ -372,13 +383,13 @@ class LocalProvider:
         except subprocess.TimeoutExpired as exc:
             raw, rc = exc.stdout, None
         output = (raw or b"").decode(errors="replace")
-        (Path(state.dir) / "log" / f"on_create-{node.name}.log").write_text(output)
+        (Path(state.dir) / "log" / f"{script.stem}-{node.name}.log").write_text(output)
         node.output = output[-_OUTPUT_TAIL:]
         if rc != 0:
             node.status, node.since = "Failed", time.time()
             how = f"exited with status {rc}" if rc is not None else f"ran over {ON_CREATE_TIMEOUT_S:g} s"
             raise ClusterError(
-                f"{spec.on_create} {how} on node {node.name} (group {node.group}, role {node.role}):\n"
+                f"{script} {how} on node {node.name} (group {node.group}, role {node.role}):\n"
                 + (node.output.rstrip() or "(no output)")
             )
 
