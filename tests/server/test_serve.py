@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hyperscope.server.serve import Address, bind
+from hyperscope.server.serve import Address, bind, bound_malloc
 from tests.server.conftest import Home
 
 URL = re.compile(r"hyperscope UI on (https?://\S+/)")
@@ -152,6 +152,12 @@ def test_answers_are_not_held_back_by_nagle() -> None:
             assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         listener.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_server_bounds_mallocs_arenas() -> None:
+    """glibc accepts both settings (mallopt answers 0 for a parameter it does not know)."""
+    assert bound_malloc() is True
 
 
 def test_port_in_use_is_an_error_not_a_traceback(home: Home) -> None:
