@@ -119,3 +119,37 @@ def test_histogram_of_two_sides_counts_each() -> None:
         (10, 13, 0, 0),
     ]
     assert [h.count for h, _, _ in bins] == [2, 1, 3, 0]
+
+
+@pytest.mark.parametrize("far", [0, 1 << 50])
+def test_points_sort_by_gpu_time_then_ends_first(far: int) -> None:
+    """Both ways of sorting the points (the packed key, and lexsort where a time span or GPU count
+    does not fit it) order them by GPU, time, then ends before starts (memory, communication,
+    computation ends first)."""
+    from hyperscope.analysis._sweep import _UNIT_OF_CODE, _sorted_points
+
+    rng = np.random.default_rng(7)
+    n = 500
+    g = rng.integers(0, 3, n).astype(np.int64)
+    s = rng.integers(0, 50, n).astype(np.int64)
+    s[0] += far  # beyond the packed key's 2^47 ns: the lexsort path
+    t_end = s + rng.integers(0, 5, n)
+    k = rng.integers(0, 3, n).astype(np.int64)
+    order, gp, t, d = _sorted_points(g, s, t_end, k)
+    code = np.concatenate([3 + k, 2 - k])
+    naive = sorted(range(2 * n), key=lambda i: (int(np.r_[g, g][i]), int(np.r_[s, t_end][i]), int(code[i])))
+    key = [(int(np.r_[g, g][i]), int(np.r_[s, t_end][i]), int(code[i])) for i in range(2 * n)]
+    assert [key[i] for i in order] == [key[i] for i in naive]
+    assert gp.tolist() == [key[i][0] for i in naive] and t.tolist() == [key[i][1] for i in naive]
+    assert d.tolist() == [int(_UNIT_OF_CODE[key[i][2]]) for i in naive]
+
+
+def test_dense_keys_keep_equality_and_order() -> None:
+    from hyperscope.analysis._sweep import _dense
+
+    have = np.array([5, 1 << 50, 7, 5], dtype=np.int64)
+    want = np.array([7, 1 << 50, 3], dtype=np.int64)
+    a, b = _dense(have, want, 40)
+    assert a.tolist() == [1, 3, 2, 1] and b.tolist() == [2, 3, 0]
+    a, b = _dense(np.array([10, 12], dtype=np.int64), np.array([11], dtype=np.int64), 40)
+    assert a.tolist() == [0, 2] and b.tolist() == [1]

@@ -72,28 +72,27 @@ def _first_launches(ctx: Prepared, rank: I64, corr: I64) -> I64:
     if len(lr) == 0:
         return out
     wr, wc = rank[want], corr[want]
-    r0, c0 = min(int(lr.min()), int(wr.min())), min(int(lc.min()), int(wc.min()))
-    span_c = max(int(lc.max()), int(wc.max())) - c0 + 1
-    span_r = max(int(lr.max()), int(wr.max())) - r0 + 1
-    if span_c < (1 << 40) and span_r < (1 << 22):  # (rank, correlation) packed into one int64 key
-        lk, wk = ((lr - r0) << 40) | (lc - c0), ((wr - r0) << 40) | (wc - c0)
-        order = np.argsort(lk, kind="stable")
-        lk, lt = lk[order], lt[order]
-        first = np.flatnonzero(np.r_[True, lk[1:] != lk[:-1]])
-        keys, earliest = lk[first], np.minimum.reduceat(lt, first)
-    else:
-        order = np.lexsort((lt, lc, lr))  # by rank, correlation, then time: a run's first is its min
-        lr, lc, lt = lr[order], lc[order], lt[order]
-        first = np.flatnonzero(np.r_[True, (lr[1:] != lr[:-1]) | (lc[1:] != lc[:-1])])
-        # dense keys of the distinct pairs, and of the wanted pairs found among them
-        pairs = np.stack([lr[first], lc[first]], axis=1)
-        keys, earliest = np.arange(len(first), dtype=np.int64), lt[first]
-        index = {(int(x), int(y)): i for i, (x, y) in enumerate(pairs)}
-        wk = np.array([index.get((int(x), int(y)), -1) for x, y in zip(wr, wc, strict=True)], dtype=np.int64)
+    lc, wc = _dense(lc, wc, 40)
+    lr, wr = _dense(lr, wr, 22)
+    lk, wk = (lr << 40) | lc, (wr << 40) | wc  # (rank, correlation) packed into one int64 key
+    order = np.argsort(lk, kind="stable")
+    lk, lt = lk[order], lt[order]
+    first = np.flatnonzero(np.r_[True, lk[1:] != lk[:-1]])
+    keys, earliest = lk[first], np.minimum.reduceat(lt, first)  # a run's earliest call
     at = np.minimum(np.searchsorted(keys, wk), len(keys) - 1)
     found = keys[at] == wk
     out[want[found]] = earliest[at[found]]
     return out
+
+
+def _dense(have: I64, want: I64, bits: int) -> tuple[I64, I64]:
+    """Both as offsets from their common minimum when they fit in ``bits``, else as dense codes
+    (correlation ids are small counters in every trace seen; this keeps the packed key exact)."""
+    lo = min(int(have.min()), int(want.min()))
+    if max(int(have.max()), int(want.max())) - lo < (1 << bits):
+        return have - lo, want - lo
+    codes = np.unique(np.concatenate([have, want]), return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return codes[: len(have)], codes[len(have) :]
 
 
 def _groups(rank: I64, device: I64) -> tuple[I64, list[tuple[int, int]]]:
