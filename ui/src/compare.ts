@@ -110,8 +110,6 @@ function stepStrip(table: Table, labels: [string, string], onPick: (pair: Aligne
 interface SideControls {
   root: HTMLElement;
   params(): Record<string, string | number[] | null>;
-  profile(): string;
-  ranks(): number[] | null;
 }
 
 function sideControls(name: "a" | "b", jobs: Job[]): SideControls {
@@ -128,8 +126,6 @@ function sideControls(name: "a" | "b", jobs: Job[]): SideControls {
   const steps = h("input", { "data-compare": `steps-${name}`, placeholder: "all steps, or 3:7", size: 10 });
   return {
     root: h("fieldset", { class: "compare-side" }, h("legend", {}, name.toUpperCase()), select, " ranks ", ranks, " steps ", steps),
-    profile: () => select.value,
-    ranks: () => (rankList().length ? rankList() : null),
     params() {
       const list = rankList();
       return {
@@ -147,7 +143,6 @@ export function comparePage(): { root: HTMLElement; setActive(on: boolean): void
   const results = h("div", { class: "compare-results" });
   const root = h("main", { class: "page compare-page" }, h("h2", {}, "Compare"), controls, summary, results);
   let built = false;
-  let sides: [SideControls, SideControls] | null = null;
 
   async function build(): Promise<void> {
     built = true;
@@ -155,7 +150,6 @@ export function comparePage(): { root: HTMLElement; setActive(on: boolean): void
     const a = sideControls("a", jobs);
     const b = sideControls("b", jobs);
     const run = h("button", { type: "button", "data-compare": "run" }, "Compare");
-    sides = [a, b];
     run.addEventListener("click", () => void show({ ...a.params(), ...b.params() }));
     clear(controls, a.root, b.root, run);
   }
@@ -178,21 +172,21 @@ export function comparePage(): { root: HTMLElement; setActive(on: boolean): void
       );
       const pairs = c.tables.step_pairs;
       const profileA = String(params.a);
-      const timelines = sides
-        ? stackedTimelines(
-            [
-              { side: "a", label: c.labels[0], profile: profileA, ranks: sides[0].ranks() },
-              { side: "b", label: c.labels[1], profile: sides[1].profile() || profileA, ranks: sides[1].ranks() },
-            ],
-            pairs?.rows[0] ? pairOf(pairs.rows[0]) : null,
-          )
-        : null;
+      // the sides as asked (not as the controls read now: they may have changed meanwhile)
+      const ranksOf = (v: string | number[] | null | undefined): number[] | null => (Array.isArray(v) ? v : null);
+      const timelines = stackedTimelines(
+        [
+          { side: "a", label: c.labels[0], profile: profileA, ranks: ranksOf(params.rank_a) },
+          { side: "b", label: c.labels[1], profile: typeof params.b === "string" ? params.b : profileA, ranks: ranksOf(params.rank_b) },
+        ],
+        pairs?.rows[0] ? pairOf(pairs.rows[0]) : null,
+      );
       clear(
         results,
         details,
         (c.tables.summary?.notes ?? []).map((n) => h("p", { class: "muted note" }, n)),
-        pairs ? stepStrip(pairs, c.labels, (pair) => timelines?.align(pair)) : null,
-        timelines?.root ?? null,
+        pairs ? stepStrip(pairs, c.labels, (pair) => timelines.align(pair)) : null,
+        timelines.root,
         SHOWN.map(([key, columns]) => {
           const table = c.tables[key];
           return table ? tableView(key, table, columns) : null;
