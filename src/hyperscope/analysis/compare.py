@@ -1,9 +1,9 @@
 """Two runs side by side: what got slower, where, and by how much of the step time.
 
 ``compare(a, b)`` takes two (source, scope) pairs: two profiles of one job, two jobs, two ranks of
-one profile (``Scope(ranks=(3,))`` against ``Scope(ranks=(0,))``) or two step ranges. Each side is
-computed by the ordinary analyses on one prepared scope (one GPU pass each); this module only lines
-the answers up.
+one profile (``Scope(ranks=(3,))`` against ``Scope(ranks=(0,))``) or two step ranges. Each side has
+the tables of the ordinary analyses, computed on columns (``_compare_side``: one GPU sweep, steps as
+arrays; both sides at once); this module only lines the answers up.
 
 Figures are compared **per step**: each side's totals divided by its number of steps (step marks
 summed over its ranks, so a per-step figure is that of one rank's step). Two sides with different
