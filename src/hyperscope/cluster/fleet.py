@@ -94,7 +94,14 @@ def _slurm(state: ClusterState) -> Slurm:
     return ssh.slurm_for(state) if state.provider == "ssh" else Slurm(Path(state.slurm_conf))
 
 
-def observe(home: Path, name: str, *, log: LogTail | None = None) -> Snapshot:
+#: per Slurm command: two of them stay inside Prometheus's default 10 s scrape timeout (scontrol
+#: takes ~9 s to give up on a controller that is down)
+SLURM_TIMEOUT_S = 4.0
+
+
+def observe(
+    home: Path, name: str, *, log: LogTail | None = None, timeout_s: float = SLURM_TIMEOUT_S
+) -> Snapshot:
     """Everything the pure functions below need, read now. Slurm not answering is recorded
     (``slurm_error``), never raised: the exporter still serves what it knows."""
     cluster_dir = clusters_dir(home) / name
@@ -103,8 +110,8 @@ def observe(home: Path, name: str, *, log: LogTail | None = None) -> Snapshot:
     show_node = show_job = error = ""
     try:
         slurm = _slurm(state)
-        show_node = slurm.run("scontrol", "show", "node", "-o", timeout=15).stdout
-        show_job = slurm.run("scontrol", "show", "job", "-o", timeout=15).stdout
+        show_node = slurm.run("scontrol", "show", "node", "-o", timeout=timeout_s).stdout
+        show_job = slurm.run("scontrol", "show", "job", "-o", timeout=timeout_s).stdout
     except SlurmError as exc:
         show_node, show_job, error = "", "", str(exc)
     records = (log or LogTail(cluster_dir / LOG)).read()
