@@ -208,16 +208,19 @@ def _record_attempts(cat: Catalog, key: str, job: Job, beats: Path, now_ns: int)
     start = catalog_time(f.get("StartTime", ""), now_ns)
     end = catalog_time(f.get("EndTime", ""), now_ns)
     ended = job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED)
-    if base in _RUNNING or (ended and job.nodes):
+    # only RUNNING's StartTime is this attempt's: right after a requeue the job is COMPLETING with
+    # the new restart count and the requeue's time as its StartTime (Slurm 22.05, measured)
+    if base == "RUNNING" or (ended and job.nodes):
         newest = heartbeat.newest(beats, str(job.id), tasks) if ended else None
         attempts.record(
             cat, key, job.id, job.restarts, start_ns=start, end_ns=end if ended else None,
             end_state=base if ended else "", last_beat_ns=None if newest is None else int(newest * 1e9),
         )  # fmt: skip
     if job.restarts > 0 and (base == "PENDING" or base in _RUNNING):
-        # the attempt before this one was requeued: it ended by the time this one is pending, or
-        # at the latest when this one started; its beats are its own only before that
-        until = end if base == "PENDING" and end is not None else (start or now_ns)
+        # the attempt before this one was requeued: it ended by the time this one is pending, at
+        # the requeue (COMPLETING's StartTime), or at the latest when this one started; its beats
+        # are its own only before that
+        until = (end or now_ns) if base == "PENDING" else (start or now_ns)
         newest = heartbeat.newest(beats, str(job.id), tasks)
         last = None if newest is None or newest * 1e9 > until else int(newest * 1e9)
         attempts.record(
