@@ -84,8 +84,16 @@ def _ours(state: ClusterState) -> list[int]:
 
 def _idle_cost(state: ClusterState, seconds: float) -> tuple[float, float, float, int]:
     """(PSS MiB, RSS MiB, CPU % of one core over ``seconds``, most processes at once) of an idle
-    cluster: its daemons, and everything they start meanwhile (health checks)."""
+    cluster: its daemons, everything they start meanwhile (health checks) and the long-lived
+    per-node health loops (started by the checks in sessions of their own, so not their children)."""
     procs = _daemons(state)
+    known = {p.pid for p in procs}
+    for pid in _ours(state):
+        if pid not in known:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
     pss = sum(p.memory_full_info().pss for p in procs) / MIB
     rss = sum(p.memory_info().rss for p in procs) / MIB
 
