@@ -62,7 +62,15 @@ def metrics_command(
         err.print(f"error: cannot serve on {host}:{port}: {exc.strerror or exc}", markup=False)
         raise typer.Exit(1) from None
     bound = server.server_address[1]
-    what = f"cluster {name}" if name else "no cluster (GPU series only)"
+    what = f"cluster {name}" if name else "no cluster (GPU series only"
+    if name is None:
+        from hyperscope.cluster.state import list_states
+
+        try:
+            found = [c.name for c in list_states(root)]
+        except HyperscopeError:
+            found = []
+        what += f"; {len(found)} clusters under {root}: name one with --cluster)" if found else ")"
     out.print(f"serving http://{host}:{bound}/metrics ({what}); Ctrl+C stops", markup=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
