@@ -19,6 +19,7 @@ Needs root with Debian's slurm-wlm and munge (as the cluster tests do); says so 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -90,10 +91,8 @@ def _idle_cost(state: ClusterState, seconds: float) -> tuple[float, float, float
     known = {p.pid for p in procs}
     for pid in _ours(state):
         if pid not in known:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 procs.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                pass
     pss = sum(p.memory_full_info().pss for p in procs) / MIB
     rss = sum(p.memory_info().rss for p in procs) / MIB
 
