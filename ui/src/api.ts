@@ -14,6 +14,10 @@ export interface Job {
   message: string;
   latest_profile: string | null;
   profiles: number;
+  /** the newest profile's events, size on disk and traced span */
+  events: number;
+  bytes: number;
+  duration_ns: number | null;
 }
 
 export interface JobList {
@@ -35,13 +39,22 @@ export interface JobDetail extends Job {
   profile_list: ProfileSummary[];
 }
 
+export interface DeviceInfo {
+  index: number;
+  name: string;
+  memory_bytes: number | null;
+}
+
 export interface RankInfo {
   rank: number;
   node: string;
   local_rank: number;
   events: number;
   complete: boolean;
+  /** every device the trace lists (all visible to the process) */
   devices: string[];
+  /** the GPUs the rank's device-side events ran on */
+  gpus: DeviceInfo[];
   source_file: string;
   notes: string[];
 }
@@ -58,6 +71,7 @@ export interface ProfileInfo {
   ts_min_ns: number;
   ts_max_ns: number;
   world_size: number;
+  hosts: string[];
   ranks: RankInfo[];
   settings: Record<string, unknown>;
   notes: string[];
@@ -152,7 +166,7 @@ export interface JobQuery {
   statuses: JobStatus[];
   createdAfterNs: string;
   createdBeforeNs: string;
-  sort: "created" | "name" | "status" | "ranks";
+  sort: "created" | "name" | "status" | "ranks" | "events" | "size";
   order: "asc" | "desc";
 }
 
