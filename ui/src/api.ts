@@ -186,6 +186,22 @@ export function listJobs(q: JobQuery, signal?: AbortSignal): Promise<JobList> {
   );
 }
 
+/** The download of a profile (or of the window [start, end) in epoch ns) as Chrome-trace JSON:
+ * one rank's file, or a ZIP of one file per rank. */
+export function exportUrl(id: string, window?: { start: string; end: string }): string {
+  return `/api${`/profiles/${encodeURIComponent(id)}/export`}${query(window ? { start_ns: window.start, end_ns: window.end } : {})}`;
+}
+
+/** Starts a download of ``url`` (the server names the file). */
+export function download(url: string): void {
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = "";
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
 export function getJob(idOrName: string | number): Promise<JobDetail> {
   return get<JobDetail>(`/jobs/${encodeURIComponent(String(idOrName))}`);
 }

@@ -13,6 +13,7 @@ import { kernelLaunches, kernelTime } from "./panels/kernels";
 import { latencyHistogram, ranks, stepHistogram } from "./panels/steps";
 import { idleCauses, kernelTypes, latencyOutliers, stragglers } from "./panels/answers";
 import type { Panel } from "./panels/types";
+import { setView, viewOf } from "./urlstate";
 
 const REFRESH_MS = 5000;
 const DEFAULT_TOP_K = 15;
@@ -172,6 +173,30 @@ export function dashboardPage(): DashboardPage {
     custom.setAnnotations(f?.annotations ?? []);
   }
 
+  /** The scope a link gives (node, rank…, steps A:B, k), else the defaults. */
+  function linkedScope(id: string): Scope {
+    const v = viewOf(id);
+    const steps = /^(\d+):(\d+)$/.exec(v.get("steps") ?? "");
+    const k = Number(v.get("k"));
+    return {
+      nodes: v.getAll("node").filter((n) => n !== ""),
+      ranks: v.getAll("rank").filter((r) => /^\d+$/.test(r)).map(Number),
+      steps: steps ? { from: Number(steps[1]), to: Number(steps[2]) } : null,
+      topK: Number.isInteger(k) && k >= 1 && k <= 200 ? k : scope.topK,
+    };
+  }
+
+  /** The filter bar shows the scope in force (after a link set it). */
+  function showScope(): void {
+    nodeSel.value = scope.nodes[0] ?? "";
+    fillRanks();
+    const picked = new Set(scope.ranks.map(String));
+    for (const o of rankSel.options) o.selected = picked.has(o.value);
+    stepFrom.value = scope.steps ? String(scope.steps.from) : "";
+    stepTo.value = scope.steps ? String(scope.steps.to) : "";
+    topK.value = String(scope.topK);
+  }
+
   function describeScope(): string {
     const parts = [
       scope.nodes.length ? `node ${scope.nodes.join(", ")}` : "all nodes",
@@ -191,7 +216,7 @@ export function dashboardPage(): DashboardPage {
     hooks.dashboard = null;
     profileId = l?.profileId ?? null;
     filters = null;
-    scope = { nodes: [], ranks: [], steps: null, topK: scope.topK };
+    scope = l ? linkedScope(l.profileId) : { nodes: [], ranks: [], steps: null, topK: scope.topK };
     if (!l) {
       root.dataset.state = "idle";
       hooks.state = "idle";
@@ -206,11 +231,13 @@ export function dashboardPage(): DashboardPage {
     // The filter bar's choices and the dashboard itself are fetched at once: the first render
     // needs only the default scope.
     fillFilters();
+    showScope();
     const filtersReady = getFilters(l.profileId).then(
       (f) => {
         if (mine !== generation) return;
         filters = f;
         fillFilters();
+        showScope();
       },
       (err: unknown) => {
         if (mine === generation) showError(err);
@@ -262,6 +289,12 @@ export function dashboardPage(): DashboardPage {
       );
       scopeText.textContent = "";
       clearError();
+      setView(id, {
+        node: scope.nodes,
+        rank: scope.ranks.map(String),
+        steps: scope.steps ? `${scope.steps.from}:${scope.steps.to}` : null,
+        k: scope.topK === DEFAULT_TOP_K ? null : String(scope.topK),
+      });
       hooks.renders += 1;
       root.dataset.state = "ready";
       hooks.state = "ready";

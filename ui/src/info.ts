@@ -1,6 +1,6 @@
 // The information panel of the loaded profile: job, source, hosts, devices, world size, capture
 // settings and notes.
-import { type DeviceInfo, type ProfileInfo, getProfile } from "./api";
+import { type DeviceInfo, type ProfileInfo, exportUrl, getProfile } from "./api";
 import { type Child, h } from "./dom";
 import { describe, showError } from "./errors";
 import { bytes, count, datetime, duration, localZone } from "./format";
@@ -48,7 +48,12 @@ export function infoPanel(info: ProfileInfo): HTMLElement {
   return h(
     "div",
     { class: "info", "data-profile": info.id },
-    h("h2", {}, `Profile ${info.id}`),
+    h(
+      "h2",
+      {},
+      `Profile ${info.id} `,
+      h("a", { class: "button secondary", id: "info-export", href: exportUrl(info.id), download: "", title: "Chrome-trace JSON: one rank's file, or a ZIP of one file per rank (Perfetto, chrome://tracing, HTA)" }, "Export"),
+    ),
     kv([
       ["Job", [info.job, " ", statusBadge(info.status)]],
       ["Source", info.source],

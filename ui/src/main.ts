@@ -1,6 +1,6 @@
-// Entry: header (tabs, loaded-profile bar, errors) and three pages routed by the URL hash:
+// Entry: header (tabs, loaded-profile bar, errors) and the pages routed by the URL hash:
 // #/jobs, #/dashboard, #/timeline, #/info. #/dashboard/<profile id> (or #/timeline/<id>) loads that
-// profile first.
+// profile first; what follows a "?" is the view (urlstate.ts).
 import "./style.css";
 
 import { getProfile } from "./api";
@@ -13,6 +13,7 @@ import { infoPage } from "./info";
 import { jobsPage } from "./jobs";
 import { loaded, loadedBar, onLoadedChange, setLoaded } from "./loaded";
 import { timelinePage } from "./timeline/view";
+import { adoptLink, parseHash, writeHash } from "./urlstate";
 
 type Route = "jobs" | "dashboard" | "timeline" | "compare" | "info";
 
@@ -86,11 +87,15 @@ function go(route: Route): void {
   else route_();
 }
 
+/** Pages whose address carries the loaded profile and its view (urlstate.ts). */
+const VIEW_ROUTES: ReadonlySet<string> = new Set(["dashboard", "timeline", "info"]);
+
 async function route_(): Promise<void> {
-  const parts = location.hash.replace(/^#\/?/, "").split("/");
-  const route = (parts[0] && parts[0] in pages ? parts[0] : "jobs") as Route;
-  const deepLink = parts[1];
-  if (route !== "jobs" && deepLink && /^[0-9a-f]{16}$/.test(deepLink) && loaded()?.profileId !== deepLink) {
+  const parts = parseHash(location.hash);
+  adoptLink(parts);
+  const route = (parts.route && parts.route in pages ? parts.route : "jobs") as Route;
+  const deepLink = parts.profile;
+  if (route !== "jobs" && deepLink && loaded()?.profileId !== deepLink) {
     // Load at once (the dashboard starts querying), then name it from the profile's info.
     setLoaded({ profileId: deepLink, jobId: -1, jobName: deepLink, status: "Completed" });
     getProfile(deepLink).then(
@@ -112,11 +117,14 @@ async function route_(): Promise<void> {
   const current = loaded();
   if (route === "timeline" && current) timeline.load(current.profileId);
   document.body.dataset.route = route;
+  if (VIEW_ROUTES.has(route)) writeHash(route, current?.profileId ?? null);
 }
 
 window.addEventListener("hashchange", () => void route_());
 void route_();
 // A profile loaded (or another one) while the timeline is shown: show that one.
 onLoadedChange((l) => {
-  if (l && document.body.dataset.route === "timeline") timeline.load(l.profileId);
+  const route = document.body.dataset.route ?? "";
+  if (l && route === "timeline") timeline.load(l.profileId);
+  if (VIEW_ROUTES.has(route)) writeHash(route, l?.profileId ?? null);
 });

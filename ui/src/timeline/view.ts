@@ -16,6 +16,7 @@ import { buildLayout, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
 import { state } from "./state";
+import { exportShown, linkedView, saveLink } from "./link";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -51,6 +52,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       searchInfo,
       h("label", { class: "field" }, arrowsBox, "all arrows"),
       h("button", { id: "tl-fit", type: "button", onclick: () => fit() }, "Fit (F)"),
+      h("button", { id: "tl-export", type: "button", class: "secondary", title: "Download the window shown (the whole profile when all of it is shown) as Chrome-trace JSON: one rank's file, or a ZIP of one file per rank", onclick: () => exportShown() }, "Export"),
       h("span", { class: "muted tl-keys" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll · Esc deselect"),
       status,
     ),
@@ -266,6 +268,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.t1 = t1;
     redraw();
     refetch();
+    saveLink();
   }
 
   function zoom(factor: number, atX?: number): void {
@@ -297,6 +300,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     relayout();
     redraw();
     refetch();
+    saveLink();
   }
 
   /** Open every group on the way to a row (the row ids say where they sit only via the tree). */
@@ -335,6 +339,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     }
     showDetails("details");
     redraw();
+    saveLink();
   }
 
   /** No selection: its outline, arrows and details go; Fit fits the profile again. */
@@ -344,6 +349,19 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.selectedInstants = 0;
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     redraw();
+    saveLink();
+  }
+
+  /** The view a link gives: its window, open rows and selection (the selection last: its row
+   * must be laid out to be outlined). */
+  function applyLink(id: string): void {
+    const v = linkedView(id);
+    if (v.open) {
+      state.open = v.open;
+      relayout();
+    }
+    if (v.window && (v.window[0] !== state.t0 || v.window[1] !== state.t1)) setView(v.window[0], v.window[1]);
+    if (v.select && v.select.id !== state.selected?.id) void select(v.select.id, false, v.select.row);
   }
 
   function showDetails(tab: "details" | "connections"): void {
@@ -477,7 +495,10 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   }
 
   async function load(id: string): Promise<void> {
-    if (state.profile === id) return;
+    if (state.profile === id) {
+      if (state.rows) applyLink(id); // a link of this profile pasted: its view
+      return;
+    }
     state.profile = id;
     body.hidden = false;
     placeholder.hidden = true;
@@ -510,6 +531,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       relayout();
       state.t0 = state.span[0];
       state.t1 = state.span[1];
+      applyLink(id);
       redraw();
       void fetchTile(); // at once: the first paint waits for no debounce
       // thousands of steps make thousands of options: built while the first tile is on its way
