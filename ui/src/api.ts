@@ -186,6 +186,11 @@ export function listJobs(q: JobQuery, signal?: AbortSignal): Promise<JobList> {
   );
 }
 
+/** One full table of the Tables page, in the dashboard's scope (node, rank…, steps "A:B"). */
+export function getTable(id: string, kind: string, scope: { node: string[]; rank: string[]; steps: string | null }): Promise<Table> {
+  return get<Table>(`/profiles/${encodeURIComponent(id)}/tables/${encodeURIComponent(kind)}`, scope);
+}
+
 /** The download of a profile (or of the window [start, end) in epoch ns) as Chrome-trace JSON:
  * one rank's file, or a ZIP of one file per rank. */
 export function exportUrl(id: string, window?: { start: string; end: string }): string {

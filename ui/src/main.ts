@@ -11,11 +11,12 @@ import { errorBanner, showError } from "./errors";
 import "./hooks";
 import { infoPage } from "./info";
 import { jobsPage } from "./jobs";
+import { tablesPage } from "./tables";
 import { loaded, loadedBar, onLoadedChange, setLoaded } from "./loaded";
 import { timelinePage } from "./timeline/view";
 import { adoptLink, parseHash, writeHash } from "./urlstate";
 
-type Route = "jobs" | "dashboard" | "timeline" | "compare" | "info";
+type Route = "jobs" | "dashboard" | "tables" | "timeline" | "compare" | "info";
 
 /** The dashboard and ECharts (two thirds of the code) in a chunk of their own, fetched when the
  * dashboard is first shown or, before that, when the page has been idle a while: a timeline
@@ -59,10 +60,11 @@ const dashboard = lazyDashboard();
 const info = infoPage();
 const compare = comparePage();
 const timeline = timelinePage();
-const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, compare, info };
+const tables = tablesPage();
+const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, tables, timeline, compare, info };
 
 const tabs = (Object.keys(pages) as Route[]).map((route) =>
-  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", timeline: "Timeline", compare: "Compare", info: "Profile info" }[route]),
+  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", tables: "Tables", timeline: "Timeline", compare: "Compare", info: "Profile info" }[route]),
 );
 
 const app = document.getElementById("app") as HTMLElement;
@@ -77,6 +79,7 @@ app.replaceChildren(
   errorBanner(),
   jobs.root,
   dashboard.root,
+  tables.root,
   timeline.root,
   compare.root,
   info.root,
@@ -88,7 +91,7 @@ function go(route: Route): void {
 }
 
 /** Pages whose address carries the loaded profile and its view (urlstate.ts). */
-const VIEW_ROUTES: ReadonlySet<string> = new Set(["dashboard", "timeline", "info"]);
+const VIEW_ROUTES: ReadonlySet<string> = new Set(["dashboard", "tables", "timeline", "info"]);
 
 async function route_(): Promise<void> {
   const parts = parseHash(location.hash);

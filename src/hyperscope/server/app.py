@@ -39,7 +39,7 @@ from hyperscope.analysis.dashboard import BUCKETS as DEFAULT_BUCKETS
 from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
-from hyperscope.server import auth, export, info, params, static, timeline
+from hyperscope.server import auth, export, info, params, static, tables, timeline
 from hyperscope.server import compare as compare_api
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
@@ -292,6 +292,7 @@ def create_app(
     app.include_router(timeline.router(open_profile, limits, cache))
     app.include_router(compare_api.router(open_profile, limits, cache, _ERRORS))
     app.include_router(export.router(open_profile, _ERRORS))
+    app.include_router(tables.router(open_profile, limits, cache, _scope, _ERRORS))
     static.install(app, static_dir)
     return app
 

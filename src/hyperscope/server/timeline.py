@@ -256,12 +256,17 @@ def router(
     @api.get("/search")
     def get_search(
         profile_id: str,
-        q: Annotated[str, Query(min_length=1, max_length=500, description="part of a name, any case")],
+        # a whole C++ kernel name (a table's row) runs past 500 characters; 8,000 still fits a URL
+        q: Annotated[str, Query(min_length=1, max_length=8000, description="part of a name, any case")],
         limit: Annotated[int, Query(ge=1, le=MAX_MATCHES)] = MAX_MATCHES,
+        exact: Annotated[bool, Query(description="the whole name, case included (a table's row)")] = False,
     ) -> Response:
-        """Events whose name holds ``q``: the count, and the first ``limit`` by start."""
-        answer, _, _ = run(profile_id, "a search", lambda index, con: tl.search(index, q, limit), lazy=True)
+        """Events whose name holds ``q`` (is ``q``, with exact): the count, and the first ``limit``
+        by start."""
+        answer, _, _ = run(
+            profile_id, "a search", lambda index, con: tl.search(index, q, limit, exact=exact), lazy=True
+        )
         total, matches = answer
-        return _json({"q": q, "total": total, "matches": matches})
+        return _json({"q": q, "exact": exact, "total": total, "matches": matches})
 
     return api

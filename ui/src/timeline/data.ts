@@ -131,8 +131,8 @@ export async function getRows(p: string): Promise<TlRows | TlBuilding> {
 }
 export const getEvent = (p: string, id: number, row?: string): Promise<TlDetails> =>
   json(`${base(p)}/event?id=${id}${row ? `&row=${encodeURIComponent(row)}` : ""}`);
-export const getSearch = (p: string, q: string): Promise<{ total: number; matches: TlEventRef[] }> =>
-  json(`${base(p)}/search?q=${encodeURIComponent(q)}`);
+export const getSearch = (p: string, q: string, exact = false): Promise<{ total: number; matches: TlEventRef[] }> =>
+  json(`${base(p)}/search?q=${encodeURIComponent(q)}${exact ? "&exact=true" : ""}`);
 export const getFlows = (p: string, rows: string[], t0: bigint, t1: bigint): Promise<{ flows: TlFlow[] }> =>
   json(`${base(p)}/flows?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${t0}&t1_ns=${t1}`);
 

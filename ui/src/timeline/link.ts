@@ -1,5 +1,6 @@
 // The timeline's part of a shareable address (urlstate.ts): the window as exact epoch ns (t0, t1),
-// the rows open (open, repeated) and the selected event (sel, with its row in selrow). Left out
+// the rows open (open, repeated), the selected event (sel, with its row in selrow) and the search
+// (q; exact=1: a whole name, as a table's row asks for). Left out
 // when they are the defaults (the whole span, only the job open, nothing selected).
 import { download, exportUrl } from "../api";
 import { debounce } from "../dom";
@@ -26,6 +27,8 @@ export const saveLink = debounce((): void => {
     open: open.length === DEFAULT_OPEN.length && open.every((o) => DEFAULT_OPEN.includes(o)) ? null : open,
     sel: d ? String(d.id) : null,
     selrow: d?.row ?? null,
+    q: state.search || null,
+    exact: state.search && state.searchExact ? "1" : null,
   });
 }, 250);
 
@@ -33,6 +36,7 @@ export interface LinkedView {
   window: [number, number] | null;
   open: Set<string> | null;
   select: { id: number; row: string | undefined } | null;
+  search: { q: string; exact: boolean } | null;
 }
 
 /** What the address says of the loaded profile's timeline (nothing for another profile's). */
@@ -52,6 +56,7 @@ export function linkedView(profile: string): LinkedView {
     window,
     open: open.length ? new Set(open) : null,
     select: sel && /^\d+$/.test(sel) ? { id: Number(sel), row: v.get("selrow") ?? undefined } : null,
+    search: v.get("q") ? { q: v.get("q") ?? "", exact: v.get("exact") === "1" } : null,
   };
 }
 

@@ -27,6 +27,8 @@ export interface TimelineState {
   /** the selection came from an instant mark: how many instants it stands for (else 0) */
   selectedInstants: number;
   search: string;
+  /** the search is a whole name (from a table's row), not a part of names */
+  searchExact: boolean;
   matches: TlEventRef[];
   matchTotal: number;
   matchIndex: number;
@@ -62,6 +64,7 @@ export const state: TimelineState = {
   selected: null,
   selectedInstants: 0,
   search: "",
+  searchExact: false,
   matches: [],
   matchTotal: 0,
   matchIndex: -1,

@@ -361,7 +361,13 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       relayout();
     }
     if (v.window && (v.window[0] !== state.t0 || v.window[1] !== state.t1)) setView(v.window[0], v.window[1]);
-    if (v.select && v.select.id !== state.selected?.id) void select(v.select.id, false, v.select.row);
+    const sel = v.select && v.select.id !== state.selected?.id ? v.select : null;
+    if (v.search && (v.search.q !== state.search || v.search.exact !== state.searchExact)) {
+      // a table's row: its occurrences, the first one selected, next/previous with ◀ ▶
+      searchBox.value = v.search.q;
+      void runSearch(v.search.exact, !v.select);
+    }
+    if (sel) void select(sel.id, false, sel.row);
   }
 
   function showDetails(tab: "details" | "connections"): void {
@@ -369,9 +375,12 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (d) renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
   }
 
-  async function runSearch(): Promise<void> {
-    const q = searchBox.value.trim();
+  /** ``jump``: select the first match (a link that names its selection keeps that one). */
+  async function runSearch(exact = false, jump = true): Promise<void> {
+    const q = exact ? searchBox.value : searchBox.value.trim();
     state.search = q;
+    state.searchExact = exact;
+    saveLink();
     state.matches = [];
     state.matchIndex = -1;
     state.matchTotal = 0;
@@ -382,8 +391,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       const r = await api.getSearch(state.profile, q);
       state.matches = r.matches;
       state.matchTotal = r.total;
-      searchInfo.textContent = `${r.total.toLocaleString()} matches`;
-      jumpMatch(1);
+      searchInfo.textContent = `${r.total.toLocaleString()} ${exact ? "occurrences" : "matches"}`;
+      if (jump) jumpMatch(1);
     } catch (err) {
       showError(err);
     }
@@ -393,7 +402,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (state.matches.length === 0) return;
     state.matchIndex = (state.matchIndex + step + state.matches.length) % state.matches.length;
     const m = state.matches[state.matchIndex]!;
-    searchInfo.textContent = `${state.matchIndex + 1} of ${state.matchTotal.toLocaleString()}`;
+    searchInfo.textContent = `${state.matchIndex + 1} of ${state.matchTotal.toLocaleString()}${state.searchExact ? " (this name)" : ""}`;
     void select(m.id, true, m.row);
   }
 
@@ -450,7 +459,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   });
   searchBox.addEventListener("keydown", (e) => {
     if (e.key !== "Enter") return;
-    if (searchBox.value.trim() === state.search && state.matches.length) jumpMatch(e.shiftKey ? -1 : 1);
+    if ((state.searchExact ? searchBox.value : searchBox.value.trim()) === state.search && state.matches.length) jumpMatch(e.shiftKey ? -1 : 1);
     else void runSearch();
   });
   stepSelect.addEventListener("change", () => {
