@@ -32,6 +32,7 @@ from hyperscope.server.limits import QueryLimits
 from hyperscope.server.params import INT64_MAX, RANK_MAX, TIME_MAX, TIME_MIN, check_window
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.links import MAX_MATCHES
+from hyperscope.timeline.range import range_stats
 from hyperscope.timeline.rows import extent, is_sample_row
 from hyperscope.timeline.tile import MAX_ROWS, MAX_WIDTH
 
@@ -207,6 +208,27 @@ def router(
         # the index answers event rows alone: DuckDB is opened only for sample rows
         payload, _, _ = run(profile_id, "a timeline tile", work, lazy=True)
         return Response(payload, media_type=MEDIA_TYPE)
+
+    @api.get("/range")
+    def get_range(
+        profile_id: str,
+        rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
+        t0_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="range start, epoch ns")],
+        t1_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="range end, epoch ns (exclusive)")],
+    ) -> Response:
+        """A range's statistics: per row and in all, events overlapping it, time inside it, busy
+        %, time per kind and the names taking the most (timeline/range.py)."""
+        row_ids = [r for r in rows.split(",") if r and not is_sample_row(r)]
+        if len(row_ids) > MAX_ROWS:
+            raise UsageError(f"rows: expected at most {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
+        check_window(t0_ns, t1_ns)
+        answer, _, _ = run(
+            profile_id,
+            "a range's statistics",
+            lambda index, con: range_stats(index, row_ids, t0_ns, t1_ns),
+            lazy=True,
+        )
+        return _json(answer)
 
     @api.get("/event")
     def get_event(

@@ -17,6 +17,7 @@ import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
 import { state } from "./state";
 import { exportShown, linkedView, saveLink } from "./link";
+import { rangeSelection } from "./range";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -197,6 +198,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     let kind = "none";
     state.arrows = arrows(f);
     lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
+    ranges.overlay(ctx);
     const ms = performance.now() - started;
     state.drawMs.push(ms);
     if (state.drawMs.length > 200) state.drawMs.shift();
@@ -431,7 +433,17 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (canvas.title !== title) canvas.title = title;
   }
 
+  const ranges = rangeSelection({
+    canvas,
+    details,
+    rows: () => leafIds().slice(0, 256),
+    label: (id) => state.layout.find((r) => r.id === id)?.label ?? id,
+    setView,
+    redraw,
+  });
+
   installInput(canvas, {
+    range: (x0, x1, done) => ranges.drag(x0, x1, done),
     view: () => ({ t0: state.t0, t1: state.t1, scrollY: state.scrollY }),
     scrollTo: (y: number) => {
       state.scrollY = Math.max(0, y);
@@ -443,8 +455,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     pan,
     fit,
     hover,
-    clear: deselect,
+    clear: () => {
+      if (!ranges.clear()) deselect();
+    },
     click: (x: number, y: number) => {
+      ranges.clear();
       const found = hit(x, y);
       const t = state.tile;
       if (!found) {
@@ -491,6 +506,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.range = state.rangeStats = null;
     state.loading = false;
     state.building = null;
     state.search = "";
@@ -515,6 +531,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.range = state.rangeStats = null;
     state.open = new Set(["job"]);
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     setStatus("loading rows…");
