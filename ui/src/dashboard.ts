@@ -12,6 +12,7 @@ import { gpuActivity, gpuTime, gpuUtilization, gpuUtilizationNodes, memoryOps, p
 import { kernelLaunches, kernelTime } from "./panels/kernels";
 import { latencyHistogram, ranks, stepHistogram } from "./panels/steps";
 import { idleCauses, kernelTypes, latencyOutliers, stragglers } from "./panels/answers";
+import { memoryView } from "./panels/memory";
 import type { Panel } from "./panels/types";
 import { setView, viewOf } from "./urlstate";
 
@@ -107,8 +108,9 @@ export function dashboardPage(): DashboardPage {
   });
 
   const custom = customCharts(() => (profileId ? { profileId, scope } : null));
+  const memory = memoryView();
   const status = h("div", { class: "dash-status", id: "dash-status" });
-  const body = h("div", { class: "dash-body" }, filterBar, status, ...sections, custom.root);
+  const body = h("div", { class: "dash-body" }, filterBar, status, ...sections, memory.root, custom.root);
   const placeholder = h(
     "div",
     { class: "placeholder", id: "dash-placeholder" },
@@ -278,7 +280,7 @@ export function dashboardPage(): DashboardPage {
           render(panel.name, c, panel.build(answer.tables), notes);
         }
       }
-      await custom.refresh(id, scope);
+      await Promise.all([custom.refresh(id, scope), memory.refresh(id, scope)]);
       if (mine !== generation) return;
       // wait for the browser to paint what ECharts drew
       await new Promise((r) => requestAnimationFrame(() => r(null)));

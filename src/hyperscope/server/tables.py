@@ -1,6 +1,8 @@
 """``GET /api/profiles/{id}/tables/{table}``: the Tables page's full tables (every kernel, CPU
-operator or annotation name in scope, :mod:`hyperscope.analysis.tables`), scoped as the dashboard
-is, under the server's time limit and row cap, cached for finished profiles."""
+operator or annotation name in scope, :mod:`hyperscope.analysis.tables`), and ``GET
+/api/profiles/{id}/memory``: the dashboard's memory view (peaks, the allocation curve, the largest
+blocks alive at the peak: :mod:`hyperscope.analysis.memory_view`). Scoped as the dashboard is,
+under the server's time limit and row cap, cached for finished profiles."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from hyperscope.analysis import Scope, Table
+from hyperscope.analysis.memory import peak_memory
+from hyperscope.analysis.memory_view import allocations_at_peak, memory_curve
 from hyperscope.analysis.tables import annotation_table, kernel_table, operator_table
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import ProfileHit
@@ -56,6 +60,32 @@ def router(
 
         key = (hit.ref.id, "table", table, scope)
         body, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, f"the {table} table"))
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    @api.get("/api/profiles/{profile_id}/memory", responses=responses)
+    def get_memory(
+        profile_id: str,
+        node: Annotated[list[str] | None, Query(description="only these nodes (repeatable)")] = None,
+        rank: Annotated[list[int] | None, Query(description="only these ranks (repeatable)")] = None,
+        steps: Annotated[str | None, Query(description="ProfilerStep numbers A:B (inclusive) or N")] = None,
+        buckets: Annotated[int, Query(ge=1, le=2000, description="points of the curve per GPU")] = 200,
+        top: Annotated[int, Query(ge=1, le=1000, description="allocations listed per GPU")] = 10,
+    ) -> Response:
+        """``{peaks, curve, allocations}``: three ``Table`` dicts for the dashboard's memory view."""
+        hit, profile = open_profile(profile_id)
+        scope = make_scope(node, rank, steps)
+
+        def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            found: dict[str, Table[Any]] = {
+                "peaks": peak_memory(con, scope),
+                "curve": memory_curve(con, scope, buckets),
+                "allocations": allocations_at_peak(con, scope, top),
+            }
+            limits.check_rows(found)
+            return {k: t.to_dict() for k, t in found.items()}
+
+        key = (hit.ref.id, "memory", scope, buckets, top)
+        body, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, "the memory view"))
         return Response(orjson.dumps(body), media_type="application/json")
 
     return api
