@@ -54,7 +54,8 @@ with Store(home) as store:
 print(pid, meta.events)
 """
 
-READY_JS = "() => window.__hyperscope.state === 'ready' || window.__hyperscope.state === 'error'"  # CSP: no eval
+# an arrow function: the page's CSP forbids eval, which a bare expression string needs
+READY_JS = "() => window.__hyperscope.state === 'ready' || window.__hyperscope.state === 'error'"
 FIGURES_JS = """() => ({state: window.__hyperscope.state, page_ms: performance.now(),
   timings: window.__hyperscope.timings, charts: Object.keys(window.__hyperscope.charts).length,
   server_ms: window.__hyperscope.dashboard ? window.__hyperscope.dashboard.elapsed_ms : null})"""
