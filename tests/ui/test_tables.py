@@ -132,3 +132,32 @@ def test_a_row_opens_its_occurrences_on_the_timeline(page: Any, served: Served) 
     page.wait_for_function(
         f"(first) => {TL}.state.selected && {TL}.state.selected.id === first", arg=first, timeout=TIMEOUT_MS
     )
+
+
+def test_a_bar_of_the_kernel_chart_opens_its_occurrences(page: Any, served: Served) -> None:
+    with Store(served.home) as store:
+        row = kernel_table(store.profile(JOB)).rows[1]
+    open_jobs(page, served.url)
+    load_job(page, JOB)
+    page.locator("[data-chart=kernels]").scroll_into_view_if_needed()
+    # the bar's middle, in page pixels, from the chart itself
+    x, y = page.evaluate(
+        """(name) => {
+            const chart = window.__hyperscope.charts.kernels;
+            const opt = chart.getOption();
+            const i = opt.yAxis[0].data.indexOf(name);
+            const value = opt.series[0].data[i].value ?? opt.series[0].data[i];
+            const [px, py] = chart.convertToPixel({ seriesIndex: 0 }, [value / 2, i]);
+            const box = chart.getDom().getBoundingClientRect();
+            return [box.x + px, box.y + py];
+        }""",
+        row.name,
+    )
+    page.mouse.click(x, y)
+    page.wait_for_selector("#timeline:not([hidden])", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        f"(name) => {TL}.state.selected && {TL}.state.selected.fields.name === name",
+        arg=row.name,
+        timeout=TIMEOUT_MS,
+    )
+    assert page.evaluate(f"() => {TL}.state.matchTotal") == row.launches

@@ -175,6 +175,23 @@ export function dashboardPage(): DashboardPage {
     custom.setAnnotations(f?.annotations ?? []);
   }
 
+  /** A bar of the kernel charts takes the Timeline to that kernel's occurrences (as a row of
+   * the Tables page does); the "(all N kernels)" bar stands for no one name. */
+  const linked = new WeakSet<object>();
+  function linkBars(id: string): void {
+    for (const name of ["kernels", "kernel_launches"]) {
+      const chart = hooks.charts[name];
+      if (!chart || linked.has(chart)) continue;
+      linked.add(chart);
+      chart.on("click", (p: { name?: string }) => {
+        const kernel = p.name ?? "";
+        if (!kernel || kernel.startsWith("(all ")) return;
+        setView(id, { q: kernel, exact: "1", sel: null, selrow: null });
+        location.hash = "#/timeline";
+      });
+    }
+  }
+
   /** The scope a link gives (node, rank…, steps A:B, k), else the defaults. */
   function linkedScope(id: string): Scope {
     const v = viewOf(id);
@@ -280,6 +297,7 @@ export function dashboardPage(): DashboardPage {
           render(panel.name, c, panel.build(answer.tables), notes);
         }
       }
+      linkBars(id);
       await Promise.all([custom.refresh(id, scope), memory.refresh(id, scope)]);
       if (mine !== generation) return;
       // wait for the browser to paint what ECharts drew
