@@ -13,6 +13,7 @@ import { kernelLaunches, kernelTime } from "./panels/kernels";
 import { latencyHistogram, ranks, stepHistogram } from "./panels/steps";
 import { idleCauses, kernelTypes, latencyOutliers, stragglers } from "./panels/answers";
 import { memoryView } from "./panels/memory";
+import { waitsView } from "./panels/waits";
 import type { Panel } from "./panels/types";
 import { setView, viewOf } from "./urlstate";
 
@@ -109,8 +110,9 @@ export function dashboardPage(): DashboardPage {
 
   const custom = customCharts(() => (profileId ? { profileId, scope } : null));
   const memory = memoryView();
+  const waits = waitsView();
   const status = h("div", { class: "dash-status", id: "dash-status" });
-  const body = h("div", { class: "dash-body" }, filterBar, status, ...sections, memory.root, custom.root);
+  const body = h("div", { class: "dash-body" }, filterBar, status, ...sections, waits.root, memory.root, custom.root);
   const placeholder = h(
     "div",
     { class: "placeholder", id: "dash-placeholder" },
@@ -298,7 +300,7 @@ export function dashboardPage(): DashboardPage {
         }
       }
       linkBars(id);
-      await Promise.all([custom.refresh(id, scope), memory.refresh(id, scope)]);
+      await Promise.all([custom.refresh(id, scope), memory.refresh(id, scope), waits.refresh(id, scope)]);
       if (mine !== generation) return;
       // wait for the browser to paint what ECharts drew
       await new Promise((r) => requestAnimationFrame(() => r(null)));

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from hyperscope.analysis import Scope, Table
+from hyperscope.analysis.collective_waits import collective_waits
 from hyperscope.analysis.memory import peak_memory
 from hyperscope.analysis.memory_view import allocations_at_peak, memory_curve
 from hyperscope.analysis.tables import annotation_table, kernel_table, operator_table
@@ -86,6 +87,25 @@ def router(
 
         key = (hit.ref.id, "memory", scope, buckets, top)
         body, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, "the memory view"))
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    @api.get("/api/profiles/{profile_id}/collectives/waits", responses=responses)
+    def get_collective_waits(
+        profile_id: str,
+        node: Annotated[list[str] | None, Query(description="only these nodes (repeatable)")] = None,
+        rank: Annotated[list[int] | None, Query(description="only these ranks (repeatable)")] = None,
+        steps: Annotated[str | None, Query(description="ProfilerStep numbers A:B (inclusive) or N")] = None,
+    ) -> Response:
+        """Each rank's wait for the slowest in the collectives matched across ranks (a Table dict)."""
+        hit, profile = open_profile(profile_id)
+        scope = make_scope(node, rank, steps)
+
+        def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            answer: dict[str, Any] = collective_waits(con, scope).to_dict()
+            return answer
+
+        key = (hit.ref.id, "collective_waits", scope)
+        body, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, "the collectives' waits"))
         return Response(orjson.dumps(body), media_type="application/json")
 
     return api
