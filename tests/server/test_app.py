@@ -233,9 +233,13 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/profiles/{profile_id}/dashboard",
         "/api/profiles/{profile_id}/annotations/{name}/histogram",
         "/api/compare",
+        "/api/profiles/{profile_id}/export",
+        "/api/profiles/{profile_id}/tables/{table}",
+        "/api/profiles/{profile_id}/memory",
+        "/api/profiles/{profile_id}/collectives/waits",
         *(
             f"/api/profiles/{{profile_id}}/timeline/{p}"
-            for p in ("rows", "tile", "event", "links", "flows", "search")
+            for p in ("rows", "tile", "range", "event", "links", "flows", "search")
         ),
     }
     dashboard_answer = schema["paths"]["/api/profiles/{profile_id}/dashboard"]["get"]["responses"]

@@ -1,6 +1,6 @@
 """The dashboard's memory view in real Chromium through the real server, on torch.profiler's own
 trace of the H200 run (tests/data, recorded with profile_memory): peaks per rank, the allocation
-curve whose top is the peak, the largest blocks alive at it; narrowed with the step filter."""
+curve whose top is the peak, the largest blocks alive at it; narrowed by the step filter."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     yield from _serve(home, JOB, 1)
 
 
-def test_memory_view_shows_peaks_curve_and_allocations(page: Any, served: Served) -> None:
+def test_memory_view_shows_peaks_curve_and_allocations_and_follows_the_steps(
+    page: Any, served: Served
+) -> None:
     with Store(served.home) as store:
         profile = store.profile(JOB)
         (peak,) = peak_memory(profile).rows
@@ -51,14 +53,9 @@ def test_memory_view_shows_peaks_curve_and_allocations(page: Any, served: Served
     first = page.inner_text("[data-chart=memory_allocations] tbody tr:first-child")
     assert f"{allocs[0].bytes / 1e6:.2f} MB" in first
     screenshot(page, "dashboard-memory")
-
-
-def test_memory_view_follows_the_step_filter(page: Any, served: Served) -> None:
+    # the step filter narrows it (one dashboard load for both: each costs seconds here)
     with Store(served.home) as store:
-        profile = store.profile(JOB)
-        scoped = peak_memory(profile, Scope(steps=(3, 3))).rows
-    open_jobs(page, served.url)
-    load_job(page, JOB)
+        scoped = peak_memory(store.profile(JOB), Scope(steps=(3, 3))).rows
     before = int(page.evaluate("window.__hyperscope.renders"))
     page.fill("#filter-step-from", "3")
     page.fill("#filter-step-to", "3")

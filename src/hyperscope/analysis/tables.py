@@ -40,7 +40,7 @@ class KernelTableRow:
     p50_ns: float
     p99_ns: float
     max_ns: int
-    grid: str | None  # the most frequent, "32×2×1"; "(+N more)" when it varies
+    grid: str | None  # the most frequent (ties: the first in order), "32×2×1"; "(+N more)" when it varies
     block: str | None
     registers_per_thread: str | None  # "72", or "32–72" when it varies
     occupancy_pct: float | None  # mean of the estimated achieved occupancy
@@ -78,8 +78,8 @@ def kernel_table(source: Source | Prepared, scope: Scope = ALL) -> Table[KernelT
             ctx.con,
             f"""SELECT name, any_value({TYPE_SQL}), count(*), sum(dur_ns), avg(dur_ns), min(dur_ns),
                        quantile_cont(dur_ns, [0.5, 0.99]), max(dur_ns),
-                       mode(g), count(DISTINCT g), mode(b), count(DISTINCT b), min(regs), max(regs),
-                       avg(occ)
+                       mode(g ORDER BY g), count(DISTINCT g), mode(b ORDER BY b), count(DISTINCT b),
+                       min(regs), max(regs), avg(occ)
                 FROM ({sql}) GROUP BY name ORDER BY sum(dur_ns) DESC, name""",
         )
         notes = list(ctx.notes)
@@ -135,7 +135,7 @@ def operator_table(source: Source | Prepared, scope: Scope = ALL) -> Table[Opera
             stats = rows(
                 ctx.con,
                 """SELECT name, count(*), sum(dur_ns), avg(dur_ns), min(dur_ns), max(dur_ns),
-                          mode(dims), count(DISTINCT dims)
+                          mode(dims ORDER BY dims), count(DISTINCT dims)
                    FROM _ops GROUP BY name""",
             )
             tree = ctx.con.execute(

@@ -16,7 +16,7 @@ import duckdb
 from hyperscope.schema.events import DEVICE_WORK_KINDS
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import ProfileHit
-from hyperscope.server.limits import QueryLimits
+from hyperscope.server.limits import QueryLimits, QueryTimeout
 from hyperscope.server.models import DeviceOut, ProfileOut, RankOut
 from hyperscope.store.profile import Profile
 
@@ -50,10 +50,14 @@ def _device(index: int, properties: list[dict[str, Any]]) -> DeviceOut:
 def profile_answer(hit: ProfileHit, profile: Profile, limits: QueryLimits, cache: ProfileCache) -> ProfileOut:
     meta = profile.meta
     work: Callable[[duckdb.DuckDBPyConnection], dict[int, list[int]]] = used_devices
-    used, _ = cache.answer(
-        (hit.ref.id, "used_devices"), hit.live, lambda: limits.run(profile, work, "the GPUs of each rank")
-    )
     notes = [m for m in hit.job.message.split("; ") if m]
+    try:
+        used, _ = cache.answer(
+            (hit.ref.id, "used_devices"), hit.live, lambda: limits.run(profile, work, "the GPUs of each rank")
+        )
+    except QueryTimeout as exc:  # the rest of the panel needs no query: shown without them
+        used = {}
+        notes.append(f"the GPUs each rank ran on are not shown: {exc}")
     if hit.live:
         notes.append("the profile is still being written: reload for newer data")
     hosts = meta.nodes
