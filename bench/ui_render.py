@@ -7,7 +7,7 @@ catalog (not timed). Each run starts a fresh ``hyperscope ui`` (so nothing is ca
 drawn. Figures, read in the page: *page* = navigation start to the last chart painted (loading the
 bundle, the profile's info and filters, the dashboard query, drawing); *query* = the dashboard
 request as the browser saw it (the server's analysis, JSON, transfer); *draw* = building and
-painting every chart (15); *page − query* = what the front end adds to the server's answer. Median of
+painting every chart (16); *page − query* = what the front end adds to the server's answer. Median of
 ``--repeats`` runs. *Target*: page ≤ 2 s. With ``--precomputed``, the whole-profile dashboard is
 first computed and kept beside the profile, as ``hyperscope import`` and ``hyperscope profile`` do
 (that time is printed, not counted in the page's).
