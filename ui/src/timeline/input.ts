@@ -16,15 +16,15 @@ export interface InputControl {
   click(x: number, y: number): void;
   /** the pointer over the canvas, no button down */
   hover(x: number, y: number): void;
-  /** a range being marked from x0 to x1 (``done`` on release) */
-  range(x0: number, x1: number, done: boolean): void;
+  /** a range being marked from x0 to x1 (``done`` on release); without it, no range selection */
+  range?(x0: number, x1: number, done: boolean): void;
 }
 
 export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void {
   let drag: { x: number; y: number; t0: number; t1: number; sy: number; moved: boolean; range: boolean } | null = null;
   canvas.addEventListener("mousedown", (e) => {
     const v = ctl.view();
-    const range = e.shiftKey || (e.offsetY < RULER && e.offsetX > GUTTER);
+    const range = ctl.range !== undefined && (e.shiftKey || (e.offsetY < RULER && e.offsetX > GUTTER));
     drag = { x: e.offsetX, y: e.offsetY, t0: v.t0, t1: v.t1, sy: v.scrollY, moved: false, range };
     canvas.focus();
   });
@@ -38,7 +38,7 @@ export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void
     if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
     if (!drag.moved || e.target !== canvas) return;
     if (drag.range) {
-      ctl.range(drag.x, e.offsetX, false);
+      ctl.range?.(drag.x, e.offsetX, false);
       return;
     }
     const ns = ((drag.t1 - drag.t0) / (canvas.clientWidth - GUTTER)) * dx;
@@ -48,7 +48,7 @@ export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void
   window.addEventListener("mouseup", (e) => {
     const d = drag;
     drag = null;
-    if (d?.range && d.moved && e.target === canvas) ctl.range(d.x, e.offsetX, true);
+    if (d?.range && d.moved && e.target === canvas) ctl.range?.(d.x, e.offsetX, true);
     if (!d || d.moved || e.target !== canvas) return;
     ctl.click(e.offsetX, e.offsetY);
   });
