@@ -41,8 +41,17 @@ def test_jobs_lists_every_job_newest_first(client: TestClient, home: Home) -> No
     assert h200["status"] == "Completed" and h200["nodes"] == ["vm"] and h200["ranks"] == 1
     assert set(h200) == {
         "id", "name", "status", "created_ns", "updated_ns", "nodes", "ranks", "message",
-        "latest_profile", "profiles",
+        "latest_profile", "profiles", "events", "bytes", "duration_ns",
     }  # fmt: skip
+    # the newest profile's size and traced span, for the jobs table
+    assert h200["events"] == 55786 and h200["bytes"] > 0
+    meta = Profile.open(profile_dir(home.path, H200_PROFILE)).meta
+    assert meta.ts_max_ns is not None and meta.ts_min_ns is not None
+    assert h200["duration_ns"] == meta.ts_max_ns - meta.ts_min_ns
+    by_events = client.get("/api/jobs?sort=events&order=asc").json()["jobs"]
+    assert [j["events"] for j in by_events] == sorted(j["events"] for j in body["jobs"])
+    by_size = client.get("/api/jobs?sort=size&order=desc").json()["jobs"]
+    assert [j["bytes"] for j in by_size] == sorted((j["bytes"] for j in body["jobs"]), reverse=True)
     multi = body["jobs"][1]
     assert multi["nodes"] == ["node-a", "node-b"] and multi["ranks"] == 4
 
@@ -65,11 +74,17 @@ def test_profile_information_panel(client: TestClient, home: Home) -> None:
     assert body["ts_min_ns"] < body["ts_max_ns"]
     (rank,) = body["ranks"]
     assert rank["devices"] == ["NVIDIA H200"] and rank["node"] == "vm" and rank["complete"] is True
+    assert [g["index"] for g in rank["gpus"]] == [0] and rank["gpus"][0]["name"] == "NVIDIA H200"
+    assert body["hosts"] == ["vm"]
     assert any("perf counters" in n for n in rank["notes"])
     assert body["settings"]["sample_interval_s"] == 0.1  # the capture's ProfilerConfig
     multi = client.get(f"/api/profiles/{home.multi}").json()
     assert [r["rank"] for r in multi["ranks"]] == [0, 1, 2, 3] and multi["settings"] == {}
     assert [r["node"] for r in multi["ranks"]] == ["node-a", "node-a", "node-b", "node-b"]
+    # each generated trace lists 8 visible GPUs; rank r ran on GPU r
+    assert [len(r["devices"]) for r in multi["ranks"]] == [8] * 4
+    assert [[g["index"] for g in r["gpus"]] for r in multi["ranks"]] == [[0], [1], [2], [3]]
+    assert multi["hosts"] == ["node-a", "node-b"]
 
 
 def test_filters_offer_what_the_profile_has(client: TestClient, home: Home) -> None:
@@ -218,11 +233,15 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/profiles/{profile_id}/dashboard",
         "/api/profiles/{profile_id}/annotations/{name}/histogram",
         "/api/compare",
+        "/api/profiles/{profile_id}/export",
+        "/api/profiles/{profile_id}/tables/{table}",
+        "/api/profiles/{profile_id}/memory",
+        "/api/profiles/{profile_id}/collectives/waits",
         "/api/clusters",
         "/api/clusters/{name}",
         *(
             f"/api/profiles/{{profile_id}}/timeline/{p}"
-            for p in ("rows", "tile", "event", "links", "flows", "search")
+            for p in ("rows", "tile", "range", "event", "links", "flows", "search")
         ),
     }
     dashboard_answer = schema["paths"]["/api/profiles/{profile_id}/dashboard"]["get"]["responses"]

@@ -100,7 +100,7 @@ def test_paging_keeps_the_total(jobs_client: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
-    "query", ["limit=0", "limit=1001", "offset=-1", "sort=size", "order=up", "created_after_ns=soon"]
+    "query", ["limit=0", "limit=1001", "offset=-1", "sort=weight", "order=up", "created_after_ns=soon"]
 )
 def test_bad_list_parameters_answer_400(jobs_client: TestClient, query: str) -> None:
     answer = jobs_client.get(f"/api/jobs?{query}")

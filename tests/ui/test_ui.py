@@ -38,7 +38,7 @@ ALL_CHARTS = {
 }
 #: every ECharts chart of the dashboard: those check_charts reads, and those of panels/answers.ts
 #: (checked in test_dashboard_answers)
-DRAWN = ALL_CHARTS | {"idle_causes", "kernel_types"}
+DRAWN = ALL_CHARTS | {"idle_causes", "kernel_types", "collective_waits"}
 
 
 def _search_load_and_check(pg: Any, served: Served, name: str) -> None:

@@ -14,6 +14,10 @@ export interface Job {
   message: string;
   latest_profile: string | null;
   profiles: number;
+  /** the newest profile's events, size on disk and traced span */
+  events: number;
+  bytes: number;
+  duration_ns: number | null;
 }
 
 export interface JobList {
@@ -35,13 +39,22 @@ export interface JobDetail extends Job {
   profile_list: ProfileSummary[];
 }
 
+export interface DeviceInfo {
+  index: number;
+  name: string;
+  memory_bytes: number | null;
+}
+
 export interface RankInfo {
   rank: number;
   node: string;
   local_rank: number;
   events: number;
   complete: boolean;
+  /** every device the trace lists (all visible to the process) */
   devices: string[];
+  /** the GPUs the rank's device-side events ran on */
+  gpus: DeviceInfo[];
   source_file: string;
   notes: string[];
 }
@@ -58,6 +71,7 @@ export interface ProfileInfo {
   ts_min_ns: number;
   ts_max_ns: number;
   world_size: number;
+  hosts: string[];
   ranks: RankInfo[];
   settings: Record<string, unknown>;
   notes: string[];
@@ -152,7 +166,7 @@ export interface JobQuery {
   statuses: JobStatus[];
   createdAfterNs: string;
   createdBeforeNs: string;
-  sort: "created" | "name" | "status" | "ranks";
+  sort: "created" | "name" | "status" | "ranks" | "events" | "size";
   order: "asc" | "desc";
 }
 
@@ -170,6 +184,27 @@ export function listJobs(q: JobQuery, signal?: AbortSignal): Promise<JobList> {
     },
     signal,
   );
+}
+
+/** One full table of the Tables page, in the dashboard's scope (node, rank…, steps "A:B"). */
+export function getTable(id: string, kind: string, scope: { node: string[]; rank: string[]; steps: string | null }): Promise<Table> {
+  return get<Table>(`/profiles/${encodeURIComponent(id)}/tables/${encodeURIComponent(kind)}`, scope);
+}
+
+/** The download of a profile (or of the window [start, end) in epoch ns) as Chrome-trace JSON:
+ * one rank's file, or a ZIP of one file per rank. */
+export function exportUrl(id: string, window?: { start: string; end: string }): string {
+  return `/api${`/profiles/${encodeURIComponent(id)}/export`}${query(window ? { start_ns: window.start, end_ns: window.end } : {})}`;
+}
+
+/** Starts a download of ``url`` (the server names the file). */
+export function download(url: string): void {
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = "";
+  document.body.append(a);
+  a.click();
+  a.remove();
 }
 
 export function getJob(idOrName: string | number): Promise<JobDetail> {

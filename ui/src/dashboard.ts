@@ -12,7 +12,10 @@ import { gpuActivity, gpuTime, gpuUtilization, gpuUtilizationNodes, memoryOps, p
 import { kernelLaunches, kernelTime } from "./panels/kernels";
 import { latencyHistogram, ranks, stepHistogram } from "./panels/steps";
 import { idleCauses, kernelTypes, latencyOutliers, stragglers } from "./panels/answers";
+import { memoryView } from "./panels/memory";
+import { waitsView } from "./panels/waits";
 import type { Panel } from "./panels/types";
+import { setView, viewOf } from "./urlstate";
 
 const REFRESH_MS = 5000;
 const DEFAULT_TOP_K = 15;
@@ -106,8 +109,10 @@ export function dashboardPage(): DashboardPage {
   });
 
   const custom = customCharts(() => (profileId ? { profileId, scope } : null));
+  const memory = memoryView();
+  const waits = waitsView();
   const status = h("div", { class: "dash-status", id: "dash-status" });
-  const body = h("div", { class: "dash-body" }, filterBar, status, ...sections, custom.root);
+  const body = h("div", { class: "dash-body" }, filterBar, status, ...sections, waits.root, memory.root, custom.root);
   const placeholder = h(
     "div",
     { class: "placeholder", id: "dash-placeholder" },
@@ -172,6 +177,47 @@ export function dashboardPage(): DashboardPage {
     custom.setAnnotations(f?.annotations ?? []);
   }
 
+  /** A bar of the kernel charts takes the Timeline to that kernel's occurrences (as a row of
+   * the Tables page does); the "(all N kernels)" bar stands for no one name. */
+  const linked = new WeakSet<object>();
+  function linkBars(id: string): void {
+    for (const name of ["kernels", "kernel_launches"]) {
+      const chart = hooks.charts[name];
+      if (!chart || linked.has(chart)) continue;
+      linked.add(chart);
+      chart.on("click", (p: { name?: string }) => {
+        const kernel = p.name ?? "";
+        if (!kernel || kernel.startsWith("(all ")) return;
+        setView(id, { q: kernel, exact: "1", sel: null, selrow: null });
+        location.hash = "#/timeline";
+      });
+    }
+  }
+
+  /** The scope a link gives (node, rank…, steps A:B, k), else the defaults. */
+  function linkedScope(id: string): Scope {
+    const v = viewOf(id);
+    const steps = /^(\d+):(\d+)$/.exec(v.get("steps") ?? "");
+    const k = Number(v.get("k"));
+    return {
+      nodes: v.getAll("node").filter((n) => n !== ""),
+      ranks: v.getAll("rank").filter((r) => /^\d+$/.test(r)).map(Number),
+      steps: steps ? { from: Number(steps[1]), to: Number(steps[2]) } : null,
+      topK: Number.isInteger(k) && k >= 1 && k <= 200 ? k : scope.topK,
+    };
+  }
+
+  /** The filter bar shows the scope in force (after a link set it). */
+  function showScope(): void {
+    nodeSel.value = scope.nodes[0] ?? "";
+    fillRanks();
+    const picked = new Set(scope.ranks.map(String));
+    for (const o of rankSel.options) o.selected = picked.has(o.value);
+    stepFrom.value = scope.steps ? String(scope.steps.from) : "";
+    stepTo.value = scope.steps ? String(scope.steps.to) : "";
+    topK.value = String(scope.topK);
+  }
+
   function describeScope(): string {
     const parts = [
       scope.nodes.length ? `node ${scope.nodes.join(", ")}` : "all nodes",
@@ -191,7 +237,7 @@ export function dashboardPage(): DashboardPage {
     hooks.dashboard = null;
     profileId = l?.profileId ?? null;
     filters = null;
-    scope = { nodes: [], ranks: [], steps: null, topK: scope.topK };
+    scope = l ? linkedScope(l.profileId) : { nodes: [], ranks: [], steps: null, topK: scope.topK };
     if (!l) {
       root.dataset.state = "idle";
       hooks.state = "idle";
@@ -206,11 +252,13 @@ export function dashboardPage(): DashboardPage {
     // The filter bar's choices and the dashboard itself are fetched at once: the first render
     // needs only the default scope.
     fillFilters();
+    showScope();
     const filtersReady = getFilters(l.profileId).then(
       (f) => {
         if (mine !== generation) return;
         filters = f;
         fillFilters();
+        showScope();
       },
       (err: unknown) => {
         if (mine === generation) showError(err);
@@ -251,7 +299,8 @@ export function dashboardPage(): DashboardPage {
           render(panel.name, c, panel.build(answer.tables), notes);
         }
       }
-      await custom.refresh(id, scope);
+      linkBars(id);
+      await Promise.all([custom.refresh(id, scope), memory.refresh(id, scope), waits.refresh(id, scope)]);
       if (mine !== generation) return;
       // wait for the browser to paint what ECharts drew
       await new Promise((r) => requestAnimationFrame(() => r(null)));
@@ -262,6 +311,12 @@ export function dashboardPage(): DashboardPage {
       );
       scopeText.textContent = "";
       clearError();
+      setView(id, {
+        node: scope.nodes,
+        rank: scope.ranks.map(String),
+        steps: scope.steps ? `${scope.steps.from}:${scope.steps.to}` : null,
+        k: scope.topK === DEFAULT_TOP_K ? null : String(scope.topK),
+      });
       hooks.renders += 1;
       root.dataset.state = "ready";
       hooks.state = "ready";

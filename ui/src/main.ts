@@ -1,6 +1,6 @@
 // Entry: header (tabs, loaded-profile bar, errors) and the pages routed by the URL hash:
-// #/jobs, #/dashboard, #/timeline, #/compare, #/info, #/cluster. #/dashboard/<profile id> (or #/timeline/<id>) loads that
-// profile first.
+// #/jobs, #/dashboard, #/tables, #/timeline, #/compare, #/info, #/cluster. #/dashboard/<profile id>
+// (or #/timeline/<id>) loads that profile first; what follows a "?" is the view (urlstate.ts).
 import "./style.css";
 
 import { getProfile } from "./api";
@@ -12,10 +12,12 @@ import { errorBanner, showError } from "./errors";
 import "./hooks";
 import { infoPage } from "./info";
 import { jobsPage } from "./jobs";
+import { tablesPage } from "./tables";
 import { loaded, loadedBar, onLoadedChange, setLoaded } from "./loaded";
 import { timelinePage } from "./timeline/view";
+import { adoptLink, parseHash, writeHash } from "./urlstate";
 
-type Route = "jobs" | "dashboard" | "timeline" | "compare" | "info" | "cluster";
+type Route = "jobs" | "dashboard" | "tables" | "timeline" | "compare" | "info" | "cluster";
 
 /** The dashboard and ECharts (two thirds of the code) in a chunk of their own, fetched when the
  * dashboard is first shown or, before that, when the page has been idle a while: a timeline
@@ -59,11 +61,12 @@ const dashboard = lazyDashboard();
 const info = infoPage();
 const compare = comparePage();
 const timeline = timelinePage();
+const tables = tablesPage();
 const cluster = clusterPage();
-const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, compare, info, cluster };
+const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, tables, timeline, compare, info, cluster };
 
 const tabs = (Object.keys(pages) as Route[]).map((route) =>
-  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", timeline: "Timeline", compare: "Compare", info: "Profile info", cluster: "Cluster" }[route]),
+  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", tables: "Tables", timeline: "Timeline", compare: "Compare", info: "Profile info", cluster: "Cluster" }[route]),
 );
 
 const app = document.getElementById("app") as HTMLElement;
@@ -78,6 +81,7 @@ app.replaceChildren(
   errorBanner(),
   jobs.root,
   dashboard.root,
+  tables.root,
   timeline.root,
   compare.root,
   info.root,
@@ -89,11 +93,15 @@ function go(route: Route): void {
   else route_();
 }
 
+/** Pages whose address carries the loaded profile and its view (urlstate.ts). */
+const VIEW_ROUTES: ReadonlySet<string> = new Set(["dashboard", "tables", "timeline", "info"]);
+
 async function route_(): Promise<void> {
-  const parts = location.hash.replace(/^#\/?/, "").split("/");
-  const route = (parts[0] && parts[0] in pages ? parts[0] : "jobs") as Route;
-  const deepLink = parts[1];
-  if (route !== "jobs" && deepLink && /^[0-9a-f]{16}$/.test(deepLink) && loaded()?.profileId !== deepLink) {
+  const parts = parseHash(location.hash);
+  adoptLink(parts);
+  const route = (parts.route && parts.route in pages ? parts.route : "jobs") as Route;
+  const deepLink = parts.profile;
+  if (route !== "jobs" && deepLink && loaded()?.profileId !== deepLink) {
     // Load at once (the dashboard starts querying), then name it from the profile's info.
     setLoaded({ profileId: deepLink, jobId: -1, jobName: deepLink, status: "Completed" });
     getProfile(deepLink).then(
@@ -115,11 +123,14 @@ async function route_(): Promise<void> {
   const current = loaded();
   if (route === "timeline" && current) timeline.load(current.profileId);
   document.body.dataset.route = route;
+  if (VIEW_ROUTES.has(route)) writeHash(route, current?.profileId ?? null);
 }
 
 window.addEventListener("hashchange", () => void route_());
 void route_();
 // A profile loaded (or another one) while the timeline is shown: show that one.
 onLoadedChange((l) => {
-  if (l && document.body.dataset.route === "timeline") timeline.load(l.profileId);
+  const route = document.body.dataset.route ?? "";
+  if (l && route === "timeline") timeline.load(l.profileId);
+  if (VIEW_ROUTES.has(route)) writeHash(route, l?.profileId ?? null);
 });

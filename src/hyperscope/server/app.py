@@ -39,7 +39,7 @@ from hyperscope.analysis.dashboard import BUCKETS as DEFAULT_BUCKETS
 from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
-from hyperscope.server import auth, params, static, timeline
+from hyperscope.server import auth, export, info, params, static, tables, timeline
 from hyperscope.server import cluster as cluster_api
 from hyperscope.server import compare as compare_api
 from hyperscope.server.cache import ProfileCache
@@ -53,7 +53,6 @@ from hyperscope.server.models import (
     JobDetailOut,
     JobListOut,
     ProfileOut,
-    RankOut,
     StepRange,
 )
 from hyperscope.server.params import INT64_MAX, INT64_MIN
@@ -208,7 +207,7 @@ def create_app(
         status: Annotated[list[JobStatus] | None, Query(description="repeatable")] = None,
         created_after_ns: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX)] = None,
         created_before_ns: Annotated[int | None, Query(ge=INT64_MIN, le=INT64_MAX)] = None,
-        sort: Literal["created", "name", "status", "ranks"] = "created",
+        sort: Literal["created", "name", "status", "ranks", "events", "size"] = "created",
         order: Literal["asc", "desc"] = "desc",
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
         offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
@@ -234,39 +233,7 @@ def create_app(
     @app.get("/api/profiles/{profile_id}", response_model=ProfileOut, responses=_ERRORS, tags=["profiles"])
     def get_profile(profile_id: str) -> ProfileOut:
         """The information panel: where the profile came from, its ranks and devices."""
-        hit, profile = open_profile(profile_id)
-        meta = profile.meta
-        notes = [m for m in hit.job.message.split("; ") if m]
-        if hit.live:
-            notes.append("the profile is still being written: reload for newer data")
-        return ProfileOut(
-            id=hit.ref.id,
-            job=hit.job.name,
-            job_id=hit.job.id,
-            status=hit.job.status,
-            source=meta.source,
-            created_ns=meta.created_ns,
-            events=meta.events,
-            bytes=hit.ref.bytes,
-            ts_min_ns=meta.ts_min_ns,
-            ts_max_ns=meta.ts_max_ns,
-            world_size=max([r.world_size or 0 for r in meta.ranks] + [len(meta.ranks)]),
-            ranks=[
-                RankOut(
-                    rank=r.rank,
-                    node=r.node,
-                    local_rank=r.local_rank,
-                    events=r.events,
-                    complete=r.complete,
-                    devices=[str(d.get("name", "?")) for d in r.device_properties],
-                    source_file=r.source_file,
-                    notes=list(r.notes),
-                )
-                for r in meta.ranks
-            ],
-            settings=dict(meta.settings),
-            notes=notes,
-        )
+        return info.profile_answer(*open_profile(profile_id), limits, cache)
 
     @app.get(
         "/api/profiles/{profile_id}/filters",
@@ -327,6 +294,8 @@ def create_app(
 
     app.include_router(timeline.router(open_profile, limits, cache))
     app.include_router(compare_api.router(open_profile, limits, cache, _ERRORS))
+    app.include_router(export.router(open_profile, _ERRORS))
+    app.include_router(tables.router(open_profile, limits, cache, _scope, _ERRORS))
     app.include_router(cluster_api.router(home, _ERRORS, *([observe_cluster] if observe_cluster else [])))
     static.install(app, static_dir)
     return app

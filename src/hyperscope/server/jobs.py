@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Final
 
 from hyperscope.errors import JobNotFound, StoreError, UsageError
-from hyperscope.schema.layout import CATALOG_FILE
+from hyperscope.schema.layout import CATALOG_FILE, profile_dir
+from hyperscope.server.cache import Lru
 from hyperscope.server.models import JobDetailOut, JobListOut, JobOut, ProfileRefOut
 from hyperscope.store.catalog import JobStatus, RankStatus, open_read_only
+from hyperscope.store.profile import Profile
 
 PROFILE_ID: Final = re.compile(r"[0-9a-f]{16}")
 SORTS: Final = {
@@ -32,14 +34,25 @@ SORTS: Final = {
     "name": "j.name COLLATE NOCASE",
     "status": "j.status",
     "ranks": "j.ranks",
+    # the newest profile's (a job without one sorts as 0)
+    "events": "coalesce((SELECT p.events FROM profiles p WHERE p.id = j.latest), 0)",
+    "size": "coalesce((SELECT p.bytes FROM profiles p WHERE p.id = j.latest), 0)",
 }
 MAX_LIMIT: Final = 1000
 
-_JOB_COLUMNS: Final = (
-    "j.id, j.name, j.status, j.created_ns, j.updated_ns, j.nodes, j.ranks, j.message, "
-    "(SELECT p.id FROM profiles p WHERE p.job_id = j.id ORDER BY p.created_ns DESC, p.rowid DESC "
-    "LIMIT 1), (SELECT count(*) FROM profiles p WHERE p.job_id = j.id)"
+#: each job with its newest profile's id (``latest``), for the columns and sorts that read it
+_JOBS: Final = (
+    "(SELECT jj.*, (SELECT p.id FROM profiles p WHERE p.job_id = jj.id "
+    "ORDER BY p.created_ns DESC, p.rowid DESC LIMIT 1) AS latest FROM jobs jj) j"
 )
+_JOB_COLUMNS: Final = (
+    "j.id, j.name, j.status, j.created_ns, j.updated_ns, j.nodes, j.ranks, j.message, j.latest, "
+    "(SELECT count(*) FROM profiles p WHERE p.job_id = j.id), "
+    "(SELECT p.events FROM profiles p WHERE p.id = j.latest), "
+    "(SELECT p.bytes FROM profiles p WHERE p.id = j.latest)"
+)
+#: job states whose newest profile can still grow: its span is read anew each time
+_LIVE: Final = (JobStatus.IN_PROGRESS, JobStatus.STOPPING, JobStatus.FAILED)
 
 
 class ProfileNotFound(Exception):
@@ -82,7 +95,30 @@ class CatalogReader:
     """Read-only views of ``catalog.sqlite`` under one store root."""
 
     def __init__(self, home: Path) -> None:
+        self.home = home
         self.path = home / CATALOG_FILE
+        #: profile id -> traced span (ns), for finished profiles: the jobs list shows each job's
+        self._spans: Lru[str, int | None] = Lru(4096)
+
+    def _span_ns(self, job: JobOut) -> int | None:
+        """The newest profile's traced span, from its metadata file (the catalog does not keep it)."""
+        pid = job.latest_profile
+        if pid is None or not PROFILE_ID.fullmatch(pid):
+            return None
+        live = job.status in _LIVE
+        if not live and (found := self._spans.get(pid)) is not None:
+            return found
+        try:  # a capture's ranks keep their own metadata: Profile.open reads them all
+            meta = Profile.open(profile_dir(self.home, pid)).meta
+        except (OSError, StoreError):  # removed meanwhile, or unreadable: the profile's page says why
+            return None
+        span = None if meta.ts_min_ns is None or meta.ts_max_ns is None else meta.ts_max_ns - meta.ts_min_ns
+        if not live and span is not None:
+            self._spans.put(pid, span)
+        return span
+
+    def _with_span(self, job: JobOut) -> JobOut:
+        return job.model_copy(update={"duration_ns": self._span_ns(job)})
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -119,22 +155,22 @@ class CatalogReader:
         with self._db() as db:
             total = int(db.execute(f"SELECT count(*) FROM jobs j{clause}", params).fetchone()[0])
             found = db.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs j{clause} ORDER BY {order} LIMIT ? OFFSET ?",
+                f"SELECT {_JOB_COLUMNS} FROM {_JOBS}{clause} ORDER BY {order} LIMIT ? OFFSET ?",
                 [*params, query.limit, query.offset],
             ).fetchall()
-        return JobListOut(total=total, jobs=[_job(r) for r in found])
+        return JobListOut(total=total, jobs=[self._with_span(_job(r)) for r in found])
 
     def job(self, id_or_name: str) -> JobDetailOut:
         """By name, else by number (the CLI's rule: a job named "3" wins over job number 3)."""
         with self._db() as db:
-            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.name = ?", (id_or_name,)).fetchone()
+            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM {_JOBS} WHERE j.name = ?", (id_or_name,)).fetchone()
             if row is None and id_or_name.isdigit() and len(id_or_name) < 19:
                 row = db.execute(
-                    f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.id = ?", (int(id_or_name),)
+                    f"SELECT {_JOB_COLUMNS} FROM {_JOBS} WHERE j.id = ?", (int(id_or_name),)
                 ).fetchone()
             if row is None:
                 raise JobNotFound(id_or_name)
-            job = _job(row)
+            job = self._with_span(_job(row))
             refs = db.execute(
                 "SELECT id, created_ns, source, events, ranks, bytes, origin FROM profiles "
                 "WHERE job_id = ? ORDER BY created_ns, rowid",
@@ -156,7 +192,7 @@ class CatalogReader:
                 raise ProfileNotFound(
                     f"profile {profile_id!r}: not in the catalog (removed, or in another store?)"
                 )
-            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs j WHERE j.id = ?", (ref[7],)).fetchone()
+            row = db.execute(f"SELECT {_JOB_COLUMNS} FROM {_JOBS} WHERE j.id = ?", (ref[7],)).fetchone()
             running = _running_ranks(db, profile_id)
         if row is None:  # a profile row outlives its job only inside a concurrent delete
             raise ProfileNotFound(f"profile {profile_id!r}: its job was just removed")
@@ -180,7 +216,7 @@ def _running_ranks(db: sqlite3.Connection, profile_id: str) -> int:
 
 
 def _job(row: Sequence[object]) -> JobOut:
-    id_, name, status, created, updated, nodes, ranks, message, latest, count = row
+    id_, name, status, created, updated, nodes, ranks, message, latest, count, events, size = row
     return JobOut(
         id=int(str(id_)),
         name=str(name),
@@ -192,6 +228,9 @@ def _job(row: Sequence[object]) -> JobOut:
         message=str(message),
         latest_profile=None if latest is None else str(latest),
         profiles=int(str(count)),
+        events=0 if events is None else int(str(events)),
+        bytes=0 if size is None else int(str(size)),
+        duration_ns=None,  # from the profile's metadata: CatalogReader._with_span
     )
 
 

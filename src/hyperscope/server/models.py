@@ -41,6 +41,9 @@ class JobOut(BaseModel):
     message: str = Field(description="why a rank failed or is incomplete; empty when all went well")
     latest_profile: str | None = Field(description="the newest profile's id; null before the first")
     profiles: int = Field(description="how many profiles the job has")
+    events: int = Field(0, description="events of the newest profile; 0 before the first")
+    bytes: int = Field(0, description="the newest profile's size on disk; 0 before the first")
+    duration_ns: int | None = Field(None, description="the newest profile's traced span; null when unknown")
 
 
 class JobDetailOut(JobOut):
@@ -52,13 +55,23 @@ class JobListOut(BaseModel):
     jobs: list[JobOut]
 
 
+class DeviceOut(BaseModel):
+    index: int = Field(description="the GPU index the device-side events name")
+    name: str = Field(description="from the trace's deviceProperties; '?' when it lists none")
+    memory_bytes: int | None = Field(description="totalGlobalMem, where the trace gives it")
+
+
 class RankOut(BaseModel):
     rank: int
     node: str
     local_rank: int | None
     events: int
     complete: bool = Field(description="false when part of this rank's data could not be written")
-    devices: list[str] = Field(description="device names, from the trace's deviceProperties")
+    devices: list[str] = Field(
+        description="names of every device the trace's deviceProperties lists (all GPUs visible "
+        "to the process, not only the ones it used)"
+    )
+    gpus: list[DeviceOut] = Field(description="the GPUs this rank's kernels, copies and sets ran on")
     source_file: str
     notes: list[str]
 
@@ -75,6 +88,7 @@ class ProfileOut(BaseModel):
     ts_min_ns: int | None
     ts_max_ns: int | None
     world_size: int
+    hosts: list[str] = Field(description="the nodes the ranks ran on; empty when no source named one")
     ranks: list[RankOut]
     settings: dict[str, Any] = Field(description="capture settings (ProfilerConfig), else {}")
     notes: list[str]

@@ -33,6 +33,7 @@ from hyperscope.server.limits import QueryLimits
 from hyperscope.server.params import INT64_MAX, RANK_MAX, TIME_MAX, TIME_MIN, check_window
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.links import MAX_MATCHES
+from hyperscope.timeline.range import range_stats
 from hyperscope.timeline.rows import extent, is_sample_row
 from hyperscope.timeline.tile import MAX_ROWS, MAX_WIDTH
 
@@ -223,6 +224,27 @@ def router(
             headers["Content-Encoding"] = "gzip"
         return Response(payload, media_type=MEDIA_TYPE, headers=headers)
 
+    @api.get("/range")
+    def get_range(
+        profile_id: str,
+        rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
+        t0_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="range start, epoch ns")],
+        t1_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="range end, epoch ns (exclusive)")],
+    ) -> Response:
+        """A range's statistics: per row and in all, events overlapping it, time inside it, busy
+        %, time per kind and the names taking the most (timeline/range.py)."""
+        row_ids = [r for r in rows.split(",") if r and not is_sample_row(r)]
+        if len(row_ids) > MAX_ROWS:
+            raise UsageError(f"rows: expected at most {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
+        check_window(t0_ns, t1_ns)
+        answer, _, _ = run(
+            profile_id,
+            "a range's statistics",
+            lambda index, con: range_stats(index, row_ids, t0_ns, t1_ns),
+            lazy=True,
+        )
+        return _json(answer)
+
     @api.get("/event")
     def get_event(
         profile_id: str,
@@ -271,12 +293,17 @@ def router(
     @api.get("/search")
     def get_search(
         profile_id: str,
-        q: Annotated[str, Query(min_length=1, max_length=500, description="part of a name, any case")],
+        # a whole C++ kernel name (a table's row) runs past 500 characters; 8,000 still fits a URL
+        q: Annotated[str, Query(min_length=1, max_length=8000, description="part of a name, any case")],
         limit: Annotated[int, Query(ge=1, le=MAX_MATCHES)] = MAX_MATCHES,
+        exact: Annotated[bool, Query(description="the whole name, case included (a table's row)")] = False,
     ) -> Response:
-        """Events whose name holds ``q``: the count, and the first ``limit`` by start."""
-        answer, _, _ = run(profile_id, "a search", lambda index, con: tl.search(index, q, limit), lazy=True)
+        """Events whose name holds ``q`` (is ``q``, with exact): the count, and the first ``limit``
+        by start."""
+        answer, _, _ = run(
+            profile_id, "a search", lambda index, con: tl.search(index, q, limit, exact=exact), lazy=True
+        )
         total, matches = answer
-        return _json({"q": q, "total": total, "matches": matches})
+        return _json({"q": q, "exact": exact, "total": total, "matches": matches})
 
     return api

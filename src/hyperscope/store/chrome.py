@@ -90,7 +90,20 @@ def _open(path: Path, compress: bool) -> IO[bytes]:
     return path.open("wb")
 
 
-def _write_rank(fh: IO[bytes], con: Any, meta: RankMeta, progress: Callable[[int], None] | None) -> None:
+def write_rank(fh: IO[bytes], con: Any, meta: RankMeta, *, window: tuple[int, int] | None = None) -> None:
+    """One rank as its own Kineto-shaped JSON (the web UI's download); with ``window`` (epoch ns,
+    ``[start, end)``), only the events that overlap it, and every metadata event (process and
+    thread names), so the cut still reads as the same processes."""
+    _write_rank(fh, con, meta, None, window)
+
+
+def _write_rank(
+    fh: IO[bytes],
+    con: Any,
+    meta: RankMeta,
+    progress: Callable[[int], None] | None,
+    window: tuple[int, int] | None = None,
+) -> None:
     header: dict[str, Any] = {k: v for k, v in meta.header.items() if k not in _TRAILER_KEYS}
     if meta.device_properties:
         header["deviceProperties"] = meta.device_properties
@@ -102,7 +115,7 @@ def _write_rank(fh: IO[bytes], con: Any, meta: RankMeta, progress: Callable[[int
     fh.write(b"{\n" + (head[2:-2] + b",\n" if header else b"") + b'  "traceEvents": [\n')
     offset = meta.clock_offset_ns if meta.clock == "base_time_ns" else 0
     first = True
-    for event in _events(con, meta.rank, offset):
+    for event in _events(con, meta.rank, offset, window):
         if not first:
             fh.write(b",\n")
         fh.write(event)
@@ -116,10 +129,16 @@ def _write_rank(fh: IO[bytes], con: Any, meta: RankMeta, progress: Callable[[int
     fh.write(b"\n}\n")
 
 
-def _events(con: Any, rank: int, offset_ns: int) -> Iterator[bytes]:
+def _events(con: Any, rank: int, offset_ns: int, window: tuple[int, int] | None = None) -> Iterator[bytes]:
     hot = [(c.key, c.name) for c in ARG_COLUMNS]
+    cut = ""
+    if window is not None:
+        start, end = int(window[0]), int(window[1])
+        cut = (
+            f" AND (ph = 'M' OR ts_ns IS NULL OR (ts_ns < {end} AND ts_ns + coalesce(dur_ns, 0) >= {start}))"
+        )
     reader = con.sql(
-        f"SELECT * FROM events WHERE rank = {int(rank)} ORDER BY pid, tid, ts_ns"
+        f"SELECT * FROM events WHERE rank = {int(rank)}{cut} ORDER BY pid, tid, ts_ns"
     ).to_arrow_reader(_BATCH)
     for batch in reader:
         cols = batch.to_pydict()

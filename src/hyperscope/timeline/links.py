@@ -201,13 +201,19 @@ def _find(ids: npt.NDArray[Any], event_id: int, within: tuple[int, int] | None) 
 MAX_MATCHES: Final = 1000
 
 
-def search(index: Index, text: str, limit: int = MAX_MATCHES) -> tuple[int, list[dict[str, Any]]]:
-    """Events whose name holds ``text`` (any case): how many in all, and the first ``limit`` by
-    start, so the UI can jump from one to the next across the whole profile."""
+def search(
+    index: Index, text: str, limit: int = MAX_MATCHES, *, exact: bool = False
+) -> tuple[int, list[dict[str, Any]]]:
+    """Events whose name holds ``text`` (any case), or with ``exact`` is ``text`` (a table's row:
+    its occurrences, not those of longer names holding it): how many in all, and the first
+    ``limit`` by start, so the UI can jump from one to the next across the whole profile."""
     if not text:
         raise UsageError("q: expected a non-empty part of an event name")
     needle = text.lower()
-    ids = [i for i, n in enumerate(index.names) if needle in n.lower()]
+    if exact:
+        ids = [i for i, n in enumerate(index.names) if n == text]
+    else:
+        ids = [i for i, n in enumerate(index.names) if needle in n.lower()]
     if not ids:
         return 0, []
     wanted = np.asarray(ids, dtype=np.int64)

@@ -131,8 +131,21 @@ export async function getRows(p: string): Promise<TlRows | TlBuilding> {
 }
 export const getEvent = (p: string, id: number, row?: string): Promise<TlDetails> =>
   json(`${base(p)}/event?id=${id}${row ? `&row=${encodeURIComponent(row)}` : ""}`);
-export const getSearch = (p: string, q: string): Promise<{ total: number; matches: TlEventRef[] }> =>
-  json(`${base(p)}/search?q=${encodeURIComponent(q)}`);
+export const getSearch = (p: string, q: string, exact = false): Promise<{ total: number; matches: TlEventRef[] }> =>
+  json(`${base(p)}/search?q=${encodeURIComponent(q)}${exact ? "&exact=true" : ""}`);
+export interface TlRangeStat {
+  count: number;
+  total_ns: number;
+  kinds: { kind: string; count: number; total_ns: number }[];
+  top: { name: string; count: number; total_ns: number }[];
+}
+export interface TlRange extends TlRangeStat {
+  t0_ns: number;
+  t1_ns: number;
+  rows: (TlRangeStat & { id: string; rank: number; busy_ns: number; busy_pct: number })[];
+}
+export const getRange = (p: string, rows: string[], t0: bigint, t1: bigint): Promise<TlRange> =>
+  json(`${base(p)}/range?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${t0}&t1_ns=${t1}`);
 export const getFlows = (p: string, rows: string[], t0: bigint, t1: bigint): Promise<{ flows: TlFlow[] }> =>
   json(`${base(p)}/flows?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${t0}&t1_ns=${t1}`);
 

@@ -1,7 +1,8 @@
 // Mouse and keyboard on the timeline canvas: wheel zooms around the pointer (horizontal wheel pans,
 // shift+wheel scrolls the rows), drag pans time and rows, a click without a drag selects or
-// toggles, W/S zoom, A/D pan, F fits the selection (or, with none, the profile), Esc clears it.
-import { GUTTER } from "./geometry";
+// toggles, shift+drag (or a drag on the ruler) marks a time range, W/S zoom, A/D pan, F fits the
+// selection (or, with none, the profile), Esc clears it.
+import { GUTTER, RULER } from "./geometry";
 
 export interface InputControl {
   view(): { t0: number; t1: number; scrollY: number };
@@ -15,13 +16,16 @@ export interface InputControl {
   click(x: number, y: number): void;
   /** the pointer over the canvas, no button down */
   hover(x: number, y: number): void;
+  /** a range being marked from x0 to x1 (``done`` on release); without it, no range selection */
+  range?(x0: number, x1: number, done: boolean): void;
 }
 
 export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void {
-  let drag: { x: number; y: number; t0: number; t1: number; sy: number; moved: boolean } | null = null;
+  let drag: { x: number; y: number; t0: number; t1: number; sy: number; moved: boolean; range: boolean } | null = null;
   canvas.addEventListener("mousedown", (e) => {
     const v = ctl.view();
-    drag = { x: e.offsetX, y: e.offsetY, t0: v.t0, t1: v.t1, sy: v.scrollY, moved: false };
+    const range = ctl.range !== undefined && (e.shiftKey || (e.offsetY < RULER && e.offsetX > GUTTER));
+    drag = { x: e.offsetX, y: e.offsetY, t0: v.t0, t1: v.t1, sy: v.scrollY, moved: false, range };
     canvas.focus();
   });
   canvas.addEventListener("mousemove", (e) => {
@@ -33,6 +37,10 @@ export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void
     const dy = e.offsetY - drag.y;
     if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
     if (!drag.moved || e.target !== canvas) return;
+    if (drag.range) {
+      ctl.range?.(drag.x, e.offsetX, false);
+      return;
+    }
     const ns = ((drag.t1 - drag.t0) / (canvas.clientWidth - GUTTER)) * dx;
     ctl.scrollTo(drag.sy - dy);
     ctl.setView(drag.t0 - ns, drag.t1 - ns);
@@ -40,6 +48,7 @@ export function installInput(canvas: HTMLCanvasElement, ctl: InputControl): void
   window.addEventListener("mouseup", (e) => {
     const d = drag;
     drag = null;
+    if (d?.range && d.moved && e.target === canvas) ctl.range?.(d.x, e.offsetX, true);
     if (!d || d.moved || e.target !== canvas) return;
     ctl.click(e.offsetX, e.offsetY);
   });

@@ -1,6 +1,6 @@
 // The timeline page's state: one object, exposed as window.__hyperscope.timeline.state so that
 // tests and the benchmark read what is drawn.
-import type { TlDetails, TlEventRef, TlFlow, TlRows, Tile } from "./data";
+import type { TlDetails, TlEventRef, TlFlow, TlRange, TlRows, Tile } from "./data";
 import type { Arrow } from "./draw";
 import type { Layout } from "./geometry";
 
@@ -24,9 +24,14 @@ export interface TimelineState {
   buildingSeen: number;
   buildingLog: number[];
   selected: TlDetails | null;
+  /** a range marked by shift+drag or a drag on the ruler (ns from the origin), its statistics */
+  range: [number, number] | null;
+  rangeStats: TlRange | null;
   /** the selection came from an instant mark: how many instants it stands for (else 0) */
   selectedInstants: number;
   search: string;
+  /** the search is a whole name (from a table's row), not a part of names */
+  searchExact: boolean;
   matches: TlEventRef[];
   matchTotal: number;
   matchIndex: number;
@@ -60,8 +65,11 @@ export const state: TimelineState = {
   buildingSeen: 0,
   buildingLog: [],
   selected: null,
+  range: null,
+  rangeStats: null,
   selectedInstants: 0,
   search: "",
+  searchExact: false,
   matches: [],
   matchTotal: 0,
   matchIndex: -1,

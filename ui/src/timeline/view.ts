@@ -16,6 +16,8 @@ import { buildLayout, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
 import { state } from "./state";
+import { exportShown, linkedView, saveLink } from "./link";
+import { rangeSelection } from "./range";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -51,6 +53,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       searchInfo,
       h("label", { class: "field" }, arrowsBox, "all arrows"),
       h("button", { id: "tl-fit", type: "button", onclick: () => fit() }, "Fit (F)"),
+      h("button", { id: "tl-export", type: "button", class: "secondary", title: "Download the window shown (the whole profile when all of it is shown) as Chrome-trace JSON: one rank's file, or a ZIP of one file per rank", onclick: () => exportShown() }, "Export"),
       h("span", { class: "muted tl-keys" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll · Esc deselect"),
       status,
     ),
@@ -195,6 +198,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     let kind = "none";
     state.arrows = arrows(f);
     lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
+    ranges.overlay(ctx);
     const ms = performance.now() - started;
     state.drawMs.push(ms);
     if (state.drawMs.length > 200) state.drawMs.shift();
@@ -266,6 +270,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.t1 = t1;
     redraw();
     refetch();
+    saveLink();
   }
 
   function zoom(factor: number, atX?: number): void {
@@ -297,6 +302,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     relayout();
     redraw();
     refetch();
+    saveLink();
   }
 
   /** Open every group on the way to a row (the row ids say where they sit only via the tree). */
@@ -335,6 +341,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     }
     showDetails("details");
     redraw();
+    saveLink();
   }
 
   /** No selection: its outline, arrows and details go; Fit fits the profile again. */
@@ -344,6 +351,25 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.selectedInstants = 0;
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     redraw();
+    saveLink();
+  }
+
+  /** The view a link gives: its window, open rows and selection (the selection last: its row
+   * must be laid out to be outlined). */
+  function applyLink(id: string): void {
+    const v = linkedView(id);
+    if (v.open) {
+      state.open = v.open;
+      relayout();
+    }
+    if (v.window && (v.window[0] !== state.t0 || v.window[1] !== state.t1)) setView(v.window[0], v.window[1]);
+    const sel = v.select && v.select.id !== state.selected?.id ? v.select : null;
+    if (v.search && (v.search.q !== state.search || v.search.exact !== state.searchExact)) {
+      // a table's row: its occurrences, the first one selected, next/previous with ◀ ▶
+      searchBox.value = v.search.q;
+      void runSearch(v.search.exact, !v.select);
+    }
+    if (sel) void select(sel.id, false, sel.row);
   }
 
   function showDetails(tab: "details" | "connections"): void {
@@ -351,9 +377,12 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (d) renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
   }
 
-  async function runSearch(): Promise<void> {
-    const q = searchBox.value.trim();
+  /** ``jump``: select the first match (a link that names its selection keeps that one). */
+  async function runSearch(exact = false, jump = true): Promise<void> {
+    const q = exact ? searchBox.value : searchBox.value.trim();
     state.search = q;
+    state.searchExact = exact;
+    saveLink();
     state.matches = [];
     state.matchIndex = -1;
     state.matchTotal = 0;
@@ -364,8 +393,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       const r = await api.getSearch(state.profile, q);
       state.matches = r.matches;
       state.matchTotal = r.total;
-      searchInfo.textContent = `${r.total.toLocaleString()} matches`;
-      jumpMatch(1);
+      searchInfo.textContent = `${r.total.toLocaleString()} ${exact ? "occurrences" : "matches"}`;
+      if (jump) jumpMatch(1);
     } catch (err) {
       showError(err);
     }
@@ -375,7 +404,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (state.matches.length === 0) return;
     state.matchIndex = (state.matchIndex + step + state.matches.length) % state.matches.length;
     const m = state.matches[state.matchIndex]!;
-    searchInfo.textContent = `${state.matchIndex + 1} of ${state.matchTotal.toLocaleString()}`;
+    searchInfo.textContent = `${state.matchIndex + 1} of ${state.matchTotal.toLocaleString()}${state.searchExact ? " (this name)" : ""}`;
     void select(m.id, true, m.row);
   }
 
@@ -404,7 +433,17 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (canvas.title !== title) canvas.title = title;
   }
 
+  const ranges = rangeSelection({
+    canvas,
+    details,
+    rows: () => leafIds().slice(0, 256),
+    label: (id) => state.layout.find((r) => r.id === id)?.label ?? id,
+    setView,
+    redraw,
+  });
+
   installInput(canvas, {
+    range: (x0, x1, done) => ranges.drag(x0, x1, done),
     view: () => ({ t0: state.t0, t1: state.t1, scrollY: state.scrollY }),
     scrollTo: (y: number) => {
       state.scrollY = Math.max(0, y);
@@ -416,8 +455,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     pan,
     fit,
     hover,
-    clear: deselect,
+    clear: () => {
+      if (!ranges.clear()) deselect();
+    },
     click: (x: number, y: number) => {
+      ranges.clear();
       const found = hit(x, y);
       const t = state.tile;
       if (!found) {
@@ -432,7 +474,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   });
   searchBox.addEventListener("keydown", (e) => {
     if (e.key !== "Enter") return;
-    if (searchBox.value.trim() === state.search && state.matches.length) jumpMatch(e.shiftKey ? -1 : 1);
+    if ((state.searchExact ? searchBox.value : searchBox.value.trim()) === state.search && state.matches.length) jumpMatch(e.shiftKey ? -1 : 1);
     else void runSearch();
   });
   stepSelect.addEventListener("change", () => {
@@ -464,6 +506,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.range = state.rangeStats = null;
     state.loading = false;
     state.building = null;
     state.search = "";
@@ -477,7 +520,10 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   }
 
   async function load(id: string): Promise<void> {
-    if (state.profile === id) return;
+    if (state.profile === id) {
+      if (state.rows) applyLink(id); // a link of this profile pasted: its view
+      return;
+    }
     state.profile = id;
     body.hidden = false;
     placeholder.hidden = true;
@@ -485,6 +531,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.range = state.rangeStats = null;
     state.open = new Set(["job"]);
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     setStatus("loading rows…");
@@ -510,6 +557,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       relayout();
       state.t0 = state.span[0];
       state.t1 = state.span[1];
+      applyLink(id);
       redraw();
       void fetchTile(); // at once: the first paint waits for no debounce
       // thousands of steps make thousands of options: built while the first tile is on its way
