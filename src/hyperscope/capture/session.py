@@ -81,6 +81,8 @@ class Session:
         self._own_events = 0  # rows of hyperscope's own (the start-up mark), not the training's
         self._sampler: Any = None
         self._writer: RankWriter | None = None
+        #: an on-demand capture of some ranks of a run: the profile is complete with these
+        self.ranks_expected: int | None = None
 
     def _identify(self) -> None:
         self.ctx = self._given_ctx or DistContext.detect().refined()
@@ -119,6 +121,7 @@ class Session:
             profile_id=self.profile_id,
             created_ns=self._start_ns,
             settings=settings,
+            ranks_expected=self.ranks_expected,
         )
         meta = RankMeta(
             rank=self.ctx.rank,
