@@ -10,7 +10,7 @@ Three variants, each in a fresh child process, rounds interleaved (the order rot
 
 Target (issue 19): the polling costs <= 1 µs per step: ``watch on`` minus ``watch off``.
 
-    python bench/capture_poll.py [--steps 3000000] [--rounds 5]
+    python bench/capture_poll.py [--steps 15000000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def measure(variant: str, steps: int, home: Path) -> dict[str, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=3_000_000)
+    p.add_argument("--steps", type=int, default=15_000_000)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     figures: dict[str, list[float]] = {v: [] for v in VARIANTS}
