@@ -52,7 +52,9 @@ def test_without_a_directory_no_heartbeat_is_written(tmp_path: Path) -> None:
     _run(3, {**base, "HOME": str(tmp_path)})
     # only the on-demand capture's presence folder (capture.ondemand), emptied at exit
     assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))] == [
-        ".hyperscope", ".hyperscope/control", ".hyperscope/control/live"
+        ".hyperscope",
+        ".hyperscope/control",
+        ".hyperscope/control/live",
     ]
     _run(3, {**base, "HOME": str(tmp_path / "off"), "HYPERSCOPE_CAPTURE_WATCH": "0"})
     assert not (tmp_path / "off").exists()
