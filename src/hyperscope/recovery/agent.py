@@ -467,7 +467,6 @@ class Agent:
     def _profile(self, action: Action, s: Straggler, state: ClusterState) -> None:
         """The slow rank and a median one captured on demand (``hyperscope capture``), on a thread
         of its own: the loop goes on meanwhile."""
-        self._name_straggler(s, action.reason, action.reason)
         base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": action.job}
         self.log({**base, "phase": "decided", "reason": action.reason})
         t0 = self.clock()
