@@ -147,11 +147,26 @@ def step() -> None:
     """
     if heartbeat._default is not None:  # progress for the agent's hang detection
         heartbeat._default.beat()
-    if not _step():
-        return
     watch = ondemand.watcher
     watch.steps += 1
-    if watch.armed is not None:  # the first step, or an on-demand capture begins with this one
+    if watch.armed is not None or not _manual_steps:  # the first step, or a capture begins
+        _first_or_armed_step(watch)
+        return
+    session = _session
+    if session is None or session.finished:
+        return
+    try:
+        session.step()
+    except Exception as exc:
+        _give_up(session, exc)
+
+
+def _first_or_armed_step(watch: ondemand.Watcher) -> None:
+    """step() off its common path: the script's first mark, or the step() where the watcher
+    starts its thread or an on-demand capture (after the step's own end is recorded)."""
+    if not _step():
+        watch.steps -= 1  # it only moved the end of the step the optimizer counted already
+    if watch.armed is not None:
         watch.service()
 
 

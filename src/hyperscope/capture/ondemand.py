@@ -69,6 +69,9 @@ class Plan:
 class Watcher:
     """This process's watch for requests. ``steps`` and ``armed`` are the training thread's."""
 
+    __slots__ = ("_asked", "_failed", "_reported", "_stop", "_thread", "armed", "ctx", "key", "names",
+                 "paths", "plan", "session", "started_step", "step_ns", "steps")  # fmt: skip
+
     def __init__(self, *, enabled: bool = True) -> None:
         self.steps = 0
         #: not None: the next step() must look (start the thread; or a plan to start a capture)
