@@ -38,6 +38,18 @@ def test_slow_steps_still_start_at_least_two_steps_ahead_of_every_rank() -> None
     assert rq.plan_start([_answer(0, 3, now, 0)], now, lead_s=5.0) == 5
 
 
+def test_ranks_that_do_not_step_together_each_get_their_own_start() -> None:
+    now = 100 * S
+    together = [_answer(0, 50, now, S // 10), _answer(1, 49, now, S // 10)]
+    assert rq.plan_starts(together, now, lead_s=1.0) == (61, {})  # one step for both
+    apart = [_answer(0, 400, now, S // 10), _answer(1, 150, now, S // 4)]  # a straggler, far behind
+    assert rq.plan_starts(apart, now, lead_s=1.0) == (-1, {0: 411, 1: 155})
+    go = rq.Request(id="x", phase="go", ranks=None, steps=3, cpu_ops=False, job="j", home="", created_ns=0,
+                    start_step=-1, starts={"0": 411, "1": 155})  # fmt: skip
+    assert (go.start_for(0), go.start_for(1)) == (411, 155)
+    assert rq.Request.from_json(go.to_json()) == go
+
+
 def test_a_duration_becomes_steps_at_the_slowest_ranks_pace() -> None:
     answers = [_answer(0, 1, 0, S // 10), _answer(1, 1, 0, S // 5)]
     assert rq.steps_for_duration(answers, 2.0) == 10  # 0.2 s per step on rank 1

@@ -44,8 +44,11 @@ def test_a_window_at_speed_starts_the_count_again_and_a_repeated_beat_counts_onc
     assert t.observe("1", _pass({0: 25, 1: 25}, {0: 100, 1: 105})) == []  # 5 %: not slow, count 0
     assert t.observe("1", _pass({0: 40, 1: 40}, {0: 100, 1: 130})) == []  # 15 again, not 30
     assert [s.rank for s in t.observe("1", _pass({0: 50, 1: 50}, {0: 100, 1: 130}))] == [1]
-    # back at speed: no longer one
-    assert t.observe("1", _pass({0: 60, 1: 60}, {0: 100, 1: 100})) == []
+    # one window at speed is not enough on a noisy machine, nor a pass with too few beats ...
+    assert [s.rank for s in t.observe("1", _pass({0: 60, 1: 60}, {0: 100, 1: 100}))] == [1]
+    assert [s.rank for s in t.observe("1", _pass({0: 61}, {0: 100}))] == [1]
+    # ... the same count of steps at speed as it took to be named is
+    assert t.observe("1", _pass({0: 70, 1: 70}, {0: 100, 1: 100})) == []
 
 
 def test_unknown_times_single_ranks_and_finished_jobs_decide_nothing() -> None:
@@ -54,7 +57,7 @@ def test_unknown_times_single_ranks_and_finished_jobs_decide_nothing() -> None:
     assert t.observe("2", [Beat(0, 5, 0, 100 * MS, "n1"), Beat(1, 5, 0, 0, "n2")]) == []  # 0: unknown
     t.observe("3", _pass({0: 1, 1: 1}, {0: 100, 1: 500}))
     t.forget({"2"})
-    assert all(job == "2" for job, _ in t._seen)
+    assert all(job == "2" for job, _ in t._counts)
 
 
 def test_recorded_step_times_of_a_slowed_node_find_it_and_only_it() -> None:

@@ -217,8 +217,9 @@ class Watcher:
                 self._answer(req, rq.ACK)
         elif req.phase == "go" and (self.plan is None or self.plan.request.id != req.id):
             self._asked = False
-            late = self.steps >= req.start_step
-            self.plan = Plan(req, self.steps + 1 if late else req.start_step)
+            asked = req.start_for(self.ctx.rank)
+            late = self.steps >= asked
+            self.plan = Plan(req, self.steps + 1 if late else asked)
             self.session = None
             self.armed = self.plan
             _warm_up(req.cpu_ops)
@@ -230,12 +231,13 @@ class Watcher:
             return
         start = self.started_step
         end = start + plan.request.steps - 1
-        late = start != plan.request.start_step
+        asked = plan.request.start_for(self.ctx.rank)
+        late = start != asked
         phase = rq.DONE if session.finished else (rq.LATE if late else rq.STARTED)
         if self._reported == (plan.request.id, phase):
             return
         self._reported = (plan.request.id, phase)
-        message = f"asked to start at step {plan.request.start_step}, started at {start}" if late else ""
+        message = f"asked to start at step {asked}, started at {start}" if late else ""
         self._answer(plan.request, phase, start_step=start, end_step=end,
                      profile_id=session.profile_id, message=message)  # fmt: skip
         if session.finished:

@@ -61,11 +61,18 @@ class CaptureResult:
     job: str  # the catalog job the profile belongs to
     store: Path
     profile_id: str
-    start_step: int
-    end_step: int  # the last step recorded
+    start_step: int  # the first step recorded (the lowest, for ranks not in lockstep)
+    end_step: int  # the last step recorded (of the rank that started first)
     ranks: tuple[int, ...]
     finished: bool  # False with wait=False: the ranks are still recording
     notes: list[str] = field(default_factory=list)
+    #: rank -> its first recorded step (all equal for ranks that step together)
+    starts: dict[int, int] = field(default_factory=dict)
+    steps: int = 0
+
+    @property
+    def lockstep(self) -> bool:
+        return len(set(self.starts.values())) <= 1
 
 
 def controls(home: Path) -> list[Control]:
@@ -173,7 +180,7 @@ def capture_running(
     cpu_ops: bool = False,
     places: Sequence[Control] | None = None,
     timeout_s: float = 15.0,
-    lead_s: float = 1.0,
+    lead_s: float = 2.0,
     wait: bool = True,
     progress: Progress | None = None,
 ) -> CaptureResult:
@@ -214,14 +221,21 @@ def capture_running(
             why = busy[0].message
             raise CaptureError(f"rank(s) {listed} of job {job!r} are being profiled already: {why}")
         n = steps if steps is not None else rq.steps_for_duration(acks.values(), duration_s or 0.0)
-        start = rq.plan_start(list(acks.values()), time.time_ns(), lead_s)
-        go = dataclasses.replace(req, phase="go", steps=n, start_step=start)
+        start, own = rq.plan_starts(list(acks.values()), time.time_ns(), lead_s)
+        go = dataclasses.replace(req, phase="go", steps=n, start_step=start,
+                                 starts={str(r): s for r, s in own.items()} or None)  # fmt: skip
         rq.write_atomic(paths.request(target.key), go.to_json())
-        say(f"all ranks answered; recording steps {start} to {start + n - 1}")
-        slowest = max((a.step_ns for a in acks.values()), default=0)
-        reach = lead_s + (start - min(a.step for a in acks.values())) * slowest / 1e9
+        if own:
+            at = ", ".join(f"rank {r} at step {s}" for r, s in sorted(own.items()))
+            say(f"the ranks do not step together: each records {n} steps from about now ({at})")
+            start = max(own.values())
+        else:
+            say(f"all ranks answered; recording steps {start} to {start + n - 1}")
+        # how long the slowest to get there needs, at its pace
+        reach = lead_s + max((go.start_for(a.rank) - a.step) * a.step_ns / 1e9 for a in acks.values())
+        goal = f"reach step {start}" if not own else "reach its start step"
         begun = _gather(paths, target, go, wanted, {rq.STARTED, rq.LATE, rq.DONE, rq.FAILED},
-                        timeout_s + reach, f"reach step {start}")  # fmt: skip
+                        timeout_s + reach, goal)  # fmt: skip
         _raise_failed(begun.values())
         notes = [f"rank {a.rank}: {a.message}" for a in begun.values() if a.phase == rq.LATE]
         profile = next(iter(begun.values())).profile_id
@@ -231,9 +245,10 @@ def capture_running(
             done = _gather(paths, target, go, wanted, {rq.DONE, rq.FAILED}, None, "finish the capture")
             _raise_failed(done.values())
             finished = True
-        starts = sorted({a.start_step for a in begun.values()})
-        end = starts[0] + n - 1
-        return CaptureResult(catalog_job, store, profile, starts[0], end, wanted, finished, notes)
+        starts = {a.rank: a.start_step for a in begun.values()}
+        low = min(starts.values())
+        return CaptureResult(catalog_job, store, profile, low, low + n - 1, wanted, finished, notes,
+                             starts, n)  # fmt: skip
     finally:  # still recording (wait=False): the ranks write their last answers after this
         _clean(paths, target.key, req.id, wanted if wait else ())
 

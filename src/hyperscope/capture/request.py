@@ -85,9 +85,14 @@ class Request:
     home: str
     created_ns: int
     start_step: int = -1
+    #: ranks not in lockstep (``plan_starts``): each rank's own start step, by rank (as text: JSON)
+    starts: dict[str, int] | None = None
 
     def wants(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
+
+    def start_for(self, rank: int) -> int:
+        return self.starts.get(str(rank), self.start_step) if self.starts else self.start_step
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -177,6 +182,22 @@ def plan_start(answers: Sequence[Answer], now_ns: int, lead_s: float) -> int:
     at = now_ns + int(lead_s * 1e9)
     furthest = max(predicted_step(a, at) for a in answers)
     return max(math.floor(furthest) + 1, max(a.step for a in answers) + 2)
+
+
+#: ranks whose planned starts are further apart than this do not step together: each gets its own
+LOCKSTEP_SPREAD: Final = 3
+
+
+def plan_starts(answers: Sequence[Answer], now_ns: int, lead_s: float) -> tuple[int, dict[int, int]]:
+    """The common start step of ranks that step together, and no per-rank ones; or, for ranks
+    whose positions are more than ``LOCKSTEP_SPREAD`` steps apart (independent replicas, a
+    straggler that does not hold the others back), -1 and each rank's own start, so that they
+    all start about ``lead_s`` from now instead of the fast ones waiting for the slow ones' step
+    number."""
+    own = {a.rank: plan_start([a], now_ns, lead_s) for a in answers}
+    if max(own.values()) - min(own.values()) <= LOCKSTEP_SPREAD:
+        return plan_start(answers, now_ns, lead_s), {}
+    return -1, own
 
 
 def steps_for_duration(answers: Iterable[Answer], duration_s: float) -> int:

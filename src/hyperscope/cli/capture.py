@@ -94,11 +94,13 @@ def capture_command(
     for note in result.notes:
         err.print(f"note: {note}", markup=False)
     verb = "recorded" if result.finished else "recording"
-    out.print(
-        f"{verb} steps {result.start_step}-{result.end_step} of rank(s) "
-        f"{','.join(map(str, result.ranks))}: profile {result.profile_id} of job {result.job!r}",
-        markup=False,
-    )
+    if result.lockstep:
+        what = f"steps {result.start_step}-{result.end_step} of rank(s) {','.join(map(str, result.ranks))}"
+    else:  # ranks that do not step together: each from its own step, at about the same time
+        what = f"{result.steps} steps of " + ", ".join(
+            f"rank {r} (from step {s})" for r, s in sorted(result.starts.items())
+        )
+    out.print(f"{verb} {what}: profile {result.profile_id} of job {result.job!r}", markup=False)
     shown = _quote(result.store)
     out.print(f"  store: {shown}   open it with: hyperscope ui --home {shown}", markup=False)
 

@@ -489,7 +489,8 @@ class Agent:
                 return
             took = round(self.clock() - t0, 3)
             self.log({**base, "phase": "done", "profile": done.profile_id, "catalog_job": done.job,
-                      "steps": [done.start_step, done.end_step], "seconds": took})  # fmt: skip
+                      "steps": done.steps, "starts": {str(r): v for r, v in done.starts.items()},
+                      "seconds": took})  # fmt: skip
 
         worker = threading.Thread(target=capture, name=f"hyperscope-capture-{s.job}", daemon=True)
         self.workers.append(worker)

@@ -62,32 +62,49 @@ class Straggler:
 
 
 @dataclass
+class _Count:
+    step: int  # the step of the beat last counted
+    slow: int = 0  # consecutive slow steps up to it
+    fast: int = 0  # consecutive steps at speed, once named
+    named: Straggler | None = None
+
+
+@dataclass
 class StragglerTracker:
     policy: StragglerPolicy = field(default_factory=StragglerPolicy)
-    #: (job, rank) -> the step of the beat last counted, and the consecutive slow steps up to it
-    _seen: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    _counts: dict[tuple[str, int], _Count] = field(default_factory=dict)
 
     def observe(self, job: str, beats: Sequence[Beat]) -> list[Straggler]:
-        """The stragglers of ``job`` after this pass's beats (one per rank, the latest)."""
+        """The stragglers of ``job`` after this pass's beats (one per rank, the latest). A rank
+        named stays named until it has been at speed for ``steps`` consecutive steps, and while a
+        pass has too few beats to compare: one fast window on a noisy machine is no recovery."""
         timed = [b for b in beats if b.step_ns > 0]
-        if len(timed) < 2:
-            return []  # nothing to compare with
-        out = []
         factor = 1.0 + self.policy.threshold_pct / 100.0
-        for b in timed:
+        for b in timed if len(timed) >= 2 else ():
             others = [o for o in timed if o.rank != b.rank]
             median = statistics.median(o.step_ns for o in others)
-            last_step, slow = self._seen.get((job, b.rank), (b.step, 0))
-            advanced = max(0, b.step - last_step)
-            if advanced or (job, b.rank) not in self._seen:
-                slow = slow + advanced if b.step_ns >= factor * median else 0
-                self._seen[(job, b.rank)] = (b.step, slow)
-            if slow >= self.policy.steps:
+            count = self._counts.get((job, b.rank))
+            if count is None:
+                self._counts[(job, b.rank)] = _Count(b.step)
+                continue  # the window before this beat is not known to be this attempt's
+            advanced = max(0, b.step - count.step)
+            if not advanced:
+                continue  # the same file as last pass
+            count.step = b.step
+            slow = b.step_ns >= factor * median
+            if count.named is None:
+                count.slow = count.slow + advanced if slow else 0
+            else:
+                count.fast = 0 if slow else count.fast + advanced
+                if count.fast >= self.policy.steps:
+                    count.named, count.slow, count.fast = None, 0, 0
+                    continue
+            if count.named is not None or count.slow >= self.policy.steps:
                 near = min(others, key=lambda o: (abs(o.step_ns - median), o.rank))
-                out.append(Straggler(job, b.rank, b.node, b.step_ns, int(median), slow, near.rank))
-        return out
+                count.named = Straggler(job, b.rank, b.node, b.step_ns, int(median), count.slow, near.rank)
+        return [c.named for (j, _), c in sorted(self._counts.items()) if j == job and c.named is not None]
 
     def forget(self, running: set[str]) -> None:
         """Jobs no longer running leave no counts behind."""
-        for key in [k for k in self._seen if k[0] not in running]:
-            del self._seen[key]
+        for key in [k for k in self._counts if k[0] not in running]:
+            del self._counts[key]
