@@ -175,7 +175,7 @@ class Watcher:
                 if not self._failed:
                     self._failed = True
                     log.warning("hyperscope: on-demand capture: %s", exc)
-            pending = self.plan is not None and (self.session is None or not self.session.finished)
+            pending = self.plan is not None and (self.session is None or not self.session.closed)
             self._stop.wait(rq.BUSY_POLL_S if pending or self._asked else rq.IDLE_POLL_S)
 
     def _capturing(self) -> bool:
@@ -233,14 +233,15 @@ class Watcher:
         end = start + plan.request.steps - 1
         asked = plan.request.start_for(self.ctx.rank)
         late = start != asked
-        phase = rq.DONE if session.finished else (rq.LATE if late else rq.STARTED)
+        # done once the rank's end is in the catalog (stop() has returned), not as stop() begins
+        phase = rq.DONE if session.closed else (rq.LATE if late else rq.STARTED)
         if self._reported == (plan.request.id, phase):
             return
         self._reported = (plan.request.id, phase)
         message = f"asked to start at step {asked}, started at {start}" if late else ""
         self._answer(plan.request, phase, start_step=start, end_step=end,
                      profile_id=session.profile_id, message=message)  # fmt: skip
-        if session.finished:
+        if session.closed:
             self.plan = None
 
     def _answer(self, req: rq.Request, phase: str, **extra: Any) -> None:

@@ -83,6 +83,8 @@ class Session:
         self._writer: RankWriter | None = None
         #: an on-demand capture of some ranks of a run: the profile is complete with these
         self.ranks_expected: int | None = None
+        #: stop() has returned: the rank's end is in the catalog (``finished`` is set as it begins)
+        self.closed = False
 
     def _identify(self) -> None:
         self.ctx = self._given_ctx or DistContext.detect().refined()
@@ -219,6 +221,12 @@ class Session:
         if self.finished:
             return
         self.finished = True
+        try:
+            self._stop(status, message)
+        finally:
+            self.closed = True
+
+    def _stop(self, status: RankStatus, message: str) -> None:
         if self.waiting:  # the process never trained: it is no rank, and leaves nothing behind
             return
         self._commit_held()
