@@ -19,6 +19,7 @@ Needs root with Debian's slurm-wlm and munge (as the cluster tests do); says so 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -84,8 +85,14 @@ def _ours(state: ClusterState) -> list[int]:
 
 def _idle_cost(state: ClusterState, seconds: float) -> tuple[float, float, float, int]:
     """(PSS MiB, RSS MiB, CPU % of one core over ``seconds``, most processes at once) of an idle
-    cluster: its daemons, and everything they start meanwhile (health checks)."""
+    cluster: its daemons, everything they start meanwhile (health checks) and the long-lived
+    per-node health loops (started by the checks in sessions of their own, so not their children)."""
     procs = _daemons(state)
+    known = {p.pid for p in procs}
+    for pid in _ours(state):
+        if pid not in known:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                procs.append(psutil.Process(pid))
     pss = sum(p.memory_full_info().pss for p in procs) / MIB
     rss = sum(p.memory_info().rss for p in procs) / MIB
 

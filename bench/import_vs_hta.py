@@ -88,15 +88,30 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any]], object]]] = [
 def ensure_hta_venv() -> None:
     """Create ``bench/.venv-hta`` with HTA pinned, saying what is done, unless it already works."""
     if HTA_PYTHON.exists():
-        code = "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"
+        code = (
+            "import importlib.metadata as m; "
+            "print(m.version('HolisticTraceAnalysis'), m.version('pandas').split('.')[0])"
+        )
         probe = subprocess.run([str(HTA_PYTHON), "-c", code], capture_output=True, text=True)
-        if probe.returncode == 0 and probe.stdout.strip() == HTA_VERSION:
+        if (
+            probe.returncode == 0
+            and probe.stdout.split()[:1] == [HTA_VERSION]
+            and probe.stdout.split()[1] < "3"
+        ):
             print(f"using {HTA_VENV.relative_to(BENCH_DIR.parent)} (HolisticTraceAnalysis {HTA_VERSION})")
             return
-        print(f"{HTA_VENV} exists but lacks HolisticTraceAnalysis=={HTA_VERSION}; reinstalling")
+        print(f"{HTA_VENV} exists but lacks HolisticTraceAnalysis=={HTA_VERSION} with pandas<3; reinstalling")
+    # pandas < 3: HTA 0.5.0's parser stores correlation indices in an int16 column, which pandas 3
+    # refuses past 32,767 rows (TypeError in transform_correlation_to_index)
     steps = [
         ["python3", "-m", "venv", str(HTA_VENV)],
-        [str(HTA_VENV / "bin" / "pip"), "install", "--quiet", f"HolisticTraceAnalysis=={HTA_VERSION}"],
+        [
+            str(HTA_VENV / "bin" / "pip"),
+            "install",
+            "--quiet",
+            f"HolisticTraceAnalysis=={HTA_VERSION}",
+            "pandas<3",
+        ],
     ]
     for step in steps:
         print("$", " ".join(step), flush=True)

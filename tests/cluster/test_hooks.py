@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -32,7 +35,8 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
     state.nodes = [NodeState(f"workers-{i}", "workers", "worker", i == 3, True) for i in (1, 2, 3)]
     fake_python = tmp_path / "python"
     fake_python.write_text(
-        '#!/bin/bash\necho "$@" > "$HYPERSCOPE_SHARED_DIR/args"; env > "$HYPERSCOPE_SHARED_DIR/env"\n'
+        '#!/bin/bash\necho $$ >> "$HYPERSCOPE_SHARED_DIR/pids"\n'
+        'echo "$@" > "$HYPERSCOPE_SHARED_DIR/args"; env > "$HYPERSCOPE_SHARED_DIR/env"\n'
         '[ -n "${HOLD:-}" ] && sleep "$HOLD"; exit 0\n'
     )
     fake_python.chmod(0o755)
@@ -42,17 +46,25 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
     (tmp_path / "shared").mkdir()
     hooks.faults_dir(state).mkdir()
     (hooks.faults_dir(state) / "workers-2.json").write_text("{}")
-    for node, faults in (("workers-1", None), ("workers-2", hooks.faults_dir(state) / "workers-2.json")):
+    for node in ("workers-1", "workers-2"):
         subprocess.run([str(script)], env={"SLURMD_NODENAME": node}, check=True)
-        args = (tmp_path / "shared" / "args").read_text()
+        args = _written(tmp_path / "shared" / "args")  # the periodic loop runs in the background
         env = (tmp_path / "shared" / "env").read_text()
-        assert args.startswith(f"-m hyperscope health --drain --node {node} --expect-gpus 2 ")
-        assert f"--gpu-devices {state.dir}/dev/{node} --dcgm-every 3600 " in args
+        assert args.startswith("-m hyperscope.health --loop 5 --parent ")
+        assert f" --watch {script} --faults-file {hooks.faults_dir(state)}/{node}.json " in args
+        assert (
+            f"--drain --node {node} --expect-gpus 2 --gpu-devices {state.dir}/dev/{node} --dcgm-every 3600 "
+            in args
+        )
         assert f"SLURM_CONF={state.slurm_conf}" in env and f"HYPERSCOPE_CLUSTER_DIR={state.dir}" in env
+        (tmp_path / "shared" / "args").unlink()
+    # as the Prolog (Slurm sets SLURM_JOB_ID), only the quick checks, once, with the fault file if any
+    for node, faults in (("workers-1", None), ("workers-2", hooks.faults_dir(state) / "workers-2.json")):
+        subprocess.run([str(script)], env={"SLURMD_NODENAME": node, "SLURM_JOB_ID": "7"}, check=True)
+        args = (tmp_path / "shared" / "args").read_text()
+        assert args.startswith(f"-m hyperscope.health --quick --drain --node {node} --expect-gpus 2 ")
+        env = (tmp_path / "shared" / "env").read_text()
         assert (f"HYPERSCOPE_HEALTH_FAULTS={faults}" in env) == (faults is not None)
-    # as the Prolog (Slurm sets SLURM_JOB_ID), only the quick checks
-    subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-1", "SLURM_JOB_ID": "7"}, check=True)
-    assert "--node workers-1 --quick --expect-gpus 2 " in (tmp_path / "shared" / "args").read_text()
     # never two periodic checks at once on one node: a second exits at once while the first runs
     (tmp_path / "shared" / "args").unlink()
     first = subprocess.Popen([str(script)], env={"SLURMD_NODENAME": "workers-1", "HOLD": "30"})
@@ -62,9 +74,10 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
             time.sleep(0.05)
         (tmp_path / "shared" / "args").unlink()
         second = subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-1"}, timeout=20)
+        time.sleep(0.5)  # what a second loop would have written by now
         assert second.returncode == 0 and not (tmp_path / "shared" / "args").exists()
-        other = subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-2"}, timeout=20)
-        assert other.returncode == 0 and (tmp_path / "shared" / "args").exists()  # its own lock
+        other = subprocess.run([str(script)], env={"SLURMD_NODENAME": "workers-2", "HOLD": "30"}, timeout=20)
+        assert other.returncode == 0 and _written(tmp_path / "shared" / "args")  # its own lock
         (tmp_path / "shared" / "args").unlink()
         prolog = {"SLURMD_NODENAME": "workers-1", "SLURM_JOB_ID": "8"}
         assert subprocess.run([str(script)], env=prolog, timeout=20).returncode == 0
@@ -72,6 +85,9 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
     finally:
         first.kill()
         first.wait()
+        for pid in (tmp_path / "shared" / "pids").read_text().split():  # the loops left holding locks
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def test_install_writes_the_slurm_conf_lines(tmp_path: Path, make_spec: Callable[..., ClusterSpec]) -> None:
@@ -79,7 +95,7 @@ def test_install_writes_the_slurm_conf_lines(tmp_path: Path, make_spec: Callable
     lines = hooks.install(make_spec(), state)
     assert lines[:5] == [
         f"HealthCheckProgram={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
-        "HealthCheckInterval=5",
+        "HealthCheckInterval=60",  # the wrapper: the loop it starts checks every 5 s
         "HealthCheckNodeState=ANY",
         f"Prolog={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
         f"TaskProlog={Path(state.dir) / 'etc' / 'taskprolog.sh'}",
@@ -97,3 +113,11 @@ def test_no_plugin_is_a_note_not_a_failure(
     lines = hooks.install(make_spec(), state)
     assert not any(line.startswith("PlugStackConfig") for line in lines)
     assert state.notes and "apt-get install libslurm-dev" in state.notes[0]
+
+
+def _written(path: Path, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() < deadline, f"{path} was not written"
+        time.sleep(0.05)
+    return path.read_text()

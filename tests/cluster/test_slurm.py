@@ -15,6 +15,7 @@ from hyperscope.cluster.slurm import (
     job_status,
     parse_config,
     parse_fields,
+    parse_ping,
     parse_sbatch,
     parse_show_job,
     parse_show_node,
@@ -168,3 +169,10 @@ def test_unknown_job_state_and_sbatch_output() -> None:
     assert parse_sbatch("6\n") == 6 and parse_sbatch("12;lslurm\n") == 12
     with pytest.raises(SlurmError, match="no job id"):
         parse_sbatch("sbatch: error: Batch job submission failed")
+
+
+def test_parse_ping_names_each_controller() -> None:
+    # recorded from 22.05.8 with a backup controller and the primary killed
+    assert parse_ping(_read("ping_primary_down.txt")) == {"controller-1": "DOWN", "controller-1-backup": "UP"}
+    assert parse_ping("Slurmctld(primary) at localhost is UP\n") == {"localhost": "UP"}
+    assert parse_ping("scontrol: error: cannot connect\n") == {}

@@ -87,6 +87,7 @@ def _valid() -> dict[str, Any]:
         (lambda d: d.update(slurm={"cred_expire": 2}), "slurm.cred_expire", "2"),
         (lambda d: d.update(slurm={"port_base": 80}), "slurm.port_base", "80"),
         (lambda d: d.update(slurm={"timeout": 3}), "slurm.timeout", None),
+        (lambda d: d.update(slurm={"backup_controller": "yes"}), "slurm.backup_controller", "'yes'"),
         (lambda d: d.update(extra=1), "extra", None),
         (lambda d: d.update(recovery={"health_check_interval": 0}), "recovery.health_check_interval", "0"),
         (lambda d: d.update(recovery={"agent": "yes"}), "recovery.agent", "'yes'"),
@@ -160,3 +161,16 @@ def test_recovery_commands_and_the_adopted_default(tmp_path: Path) -> None:
     assert not parse_spec(adopted, tmp_path / "a.yaml").recovery.agent  # someone else's: only if asked
     adopted["recovery"] = {"agent": True}
     assert parse_spec(adopted, tmp_path / "a.yaml").recovery.agent
+
+
+def test_a_backup_controller_is_the_local_providers(tmp_path: Path) -> None:
+    data = _valid()
+    assert not parse_spec(data, DATA / "valid.yaml").slurm.backup_controller
+    data["slurm"] = {"backup_controller": True}
+    assert parse_spec(data, DATA / "valid.yaml").slurm.backup_controller
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    adopted = {"name": "a", "provider": "existing", "slurm_conf": str(conf), "shared_dir": "s"}
+    adopted["slurm"] = {"backup_controller": True}
+    with pytest.raises(SpecError, match=r"slurm\.backup_controller: is built by the local provider only"):
+        parse_spec(adopted, tmp_path / "a.yaml")

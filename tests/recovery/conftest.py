@@ -47,7 +47,9 @@ def local_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterState]]:
     home = tmp_path / "home"
     provider = LocalProvider(home)
 
-    def make(spares: int = 1, gpus: int = 0, **recovery: object) -> ClusterState:
+    def make(
+        spares: int = 1, gpus: int = 0, slurm: dict[str, object] | None = None, **recovery: object
+    ) -> ClusterState:
         d = tmp_path / "spec"
         shutil.copytree(ROOT / "examples" / "lifecycle", d / "lifecycle")
         doc = {
@@ -60,6 +62,7 @@ def local_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterState]]:
                 {"name": "workers", "role": "worker", "count": 2, "spares": spares, "gpus_per_node": gpus},
             ],
             "recovery": recovery,
+            **({"slurm": slurm} if slurm else {}),
         }
         (d / "cluster.yaml").write_text(yaml.safe_dump(doc))
         return provider.create(load_spec(d / "cluster.yaml"))

@@ -218,6 +218,8 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/profiles/{profile_id}/dashboard",
         "/api/profiles/{profile_id}/annotations/{name}/histogram",
         "/api/compare",
+        "/api/clusters",
+        "/api/clusters/{name}",
         *(
             f"/api/profiles/{{profile_id}}/timeline/{p}"
             for p in ("rows", "tile", "event", "links", "flows", "search")
@@ -226,7 +228,9 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
     dashboard_answer = schema["paths"]["/api/profiles/{profile_id}/dashboard"]["get"]["responses"]
     assert dashboard_answer["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DashboardOut")
     assert {"400", "401", "404", "413", "504"} <= set(dashboard_answer)
-    assert {"DashboardOut", "JobListOut", "ProfileOut", "FiltersOut"} <= set(schema["components"]["schemas"])
+    assert {"DashboardOut", "JobListOut", "ProfileOut", "FiltersOut", "ClusterOut"} <= set(
+        schema["components"]["schemas"]
+    )
     assert client.get("/api/docs").status_code == 200
 
 

@@ -89,3 +89,93 @@ def test_compare_two_profiles_then_two_ranks(page: Any, pair: Pair) -> None:
     assert "before rank 0" in page.text_content(".compare-results") and "before rank 1" in page.text_content(
         ".compare-results"
     )
+
+
+LANES = "() => window.__hyperscope.compareTimelines?.lanes"
+
+
+def _lanes_settled(page: Any, step: str) -> list[dict[str, Any]]:
+    """Both lanes aligned on ``step`` with a tile drawn and none on its way."""
+    page.wait_for_function(
+        f"""() => {{
+            const l = window.__hyperscope.compareTimelines?.lanes;
+            return l && l.length === 2 && l.every(s => s.step === {step!r} && s.tiles > 0 && !s.loading
+                && s.stepX !== null && s.error === null);
+        }}""",
+        timeout=60_000,
+    )
+    lanes: list[dict[str, Any]] = page.evaluate(LANES)
+    return lanes
+
+
+def _inked(page: Any, side: str) -> int:
+    """Non-white pixels right of the row labels in a lane's canvas: what the tile drew."""
+    return int(
+        page.eval_on_selector(
+            f"[data-lane={side}] canvas",
+            """c => {
+                const d = c.getContext('2d').getImageData(300, 30, c.width - 300, c.height - 30).data;
+                let n = 0;
+                for (let i = 0; i < d.length; i += 4) if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) n++;
+                return n;
+            }""",
+        )
+    )
+
+
+def test_stacked_timelines_align_the_same_step(page: Any, pair: Pair) -> None:
+    page.goto(f"{pair.url}/#/compare")
+    page.wait_for_selector(f"[data-compare=profile-a] option[value='{pair.a}']", state="attached")
+    page.select_option("[data-compare=profile-a]", pair.a)
+    page.select_option("[data-compare=profile-b]", pair.b)
+    page.click("[data-compare=run]")
+    a, b = _lanes_settled(page, "ProfilerStep#0")
+    assert (a["profile"], b["profile"]) == (pair.a, pair.b)
+    # one scale and one offset from each lane's step start: the step starts at the same x in both
+    assert abs(a["stepX"] - b["stepX"]) < 0.5
+    assert abs((a["t0"] - a["stepStart"]) - (b["t0"] - b["stepStart"])) < 1
+    assert abs((a["t1"] - a["t0"]) - (b["t1"] - b["t0"])) < 1
+    # B's step is the longer (its kernel slowed), so its end line is further right, by the difference
+    ns_per_px = (a["t1"] - a["t0"]) / (
+        page.eval_on_selector("[data-lane=a] canvas", "c => c.clientWidth") - 280
+    )
+    assert b["stepDur"] > a["stepDur"]
+    assert abs((b["stepEndX"] - a["stepEndX"]) - (b["stepDur"] - a["stepDur"]) / ns_per_px) < 1
+    for side, lane in (("a", a), ("b", b)):
+        assert lane["events"] + lane["merged"] > 0, side
+        assert _inked(page, side) > 1000, side
+        assert any(r.startswith("gpu/") for r in lane["rows"]), lane["rows"]
+
+    page.click("[data-table=step_pairs] .step-bar-b[data-index='3']")
+    a, b = _lanes_settled(page, "ProfilerStep#3")
+    assert abs(a["stepX"] - b["stepX"]) < 0.5 and a["stepStart"] > 0
+
+    # a wheel zoom over A zooms both lanes around the same offset from their step's start
+    span = a["t1"] - a["t0"]
+    page.hover("[data-lane=a] canvas", position={"x": 600, "y": 100})
+    page.mouse.wheel(0, -300)
+    page.wait_for_function(
+        f"() => window.__hyperscope.compareTimelines.lanes.every(s => s.t1 - s.t0 < {span * 0.9})"
+    )
+    a, b = _lanes_settled(page, "ProfilerStep#3")
+    assert abs((a["t0"] - a["stepStart"]) - (b["t0"] - b["stepStart"])) < 1
+    assert abs(a["stepX"] - b["stepX"]) < 0.5
+    screenshot(page, "compare-stacked-timelines")
+
+    # two ranks of one profile: each lane shows only its rank's GPU rows
+    page.select_option("[data-compare=profile-b]", "")
+    page.fill("[data-compare=rank-a]", "0")
+    page.fill("[data-compare=rank-b]", "1")
+    page.click("[data-compare=run]")
+    page.wait_for_function(
+        "() => document.querySelector('[data-compare=summary]').textContent.includes('no change')"
+    )
+    a, b = _lanes_settled(page, "ProfilerStep#0")
+    assert a["profile"] == b["profile"] == pair.a
+    assert any(r.startswith("gpu/0/") for r in a["rows"]) and not any(
+        r.startswith("gpu/1/") for r in a["rows"]
+    )
+    assert any(r.startswith("gpu/1/") for r in b["rows"]) and not any(
+        r.startswith("gpu/0/") for r in b["rows"]
+    )
+    assert abs(a["stepX"] - b["stepX"]) < 0.5

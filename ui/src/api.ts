@@ -203,3 +203,74 @@ export function getAnnotationHistogram(id: string, name: string, scope: Scope): 
     { ...scopeParams(scope), bins: 20 },
   );
 }
+
+// --- clusters (the Cluster page): GET /api/clusters, /api/clusters/{name} ---------------------
+
+export interface ClusterSummary {
+  name: string;
+  provider: string;
+  status: string;
+  nodes: number;
+  spares: number;
+}
+
+export interface ClusterNode {
+  node: string;
+  group: string;
+  role: string;
+  spare: boolean;
+  status: string;
+  slurm_state: string;
+  responding: boolean | null;
+  healthy: boolean | null;
+  reason: string;
+  replacements: number;
+  last_action: string;
+}
+
+export interface Decision {
+  time: number;
+  kind: string;
+  phase: string;
+  nodes: string[];
+  job: string | null;
+  reason: string;
+  error: string;
+  seconds: number | null;
+}
+
+export interface Attempt {
+  attempt: number;
+  start_ns: number | null;
+  end_ns: number | null;
+  end_state: string;
+  last_beat_ns: number | null;
+}
+
+export interface ClusterJob {
+  id: number;
+  name: string;
+  state: string;
+  nodes: string;
+  restarts: number;
+  attempts: Attempt[];
+  goodput: { attempts: number; restarts: number; wall_s: number; training_s: number; lost_s: number; goodput: number | null };
+}
+
+export interface Cluster {
+  name: string;
+  provider: string;
+  status: string;
+  slurm_error: string;
+  nodes: ClusterNode[];
+  decisions: Decision[];
+  jobs: ClusterJob[];
+}
+
+export function listClusters(signal?: AbortSignal): Promise<{ clusters: ClusterSummary[] }> {
+  return get<{ clusters: ClusterSummary[] }>("/clusters", {}, signal);
+}
+
+export function getCluster(name: string, signal?: AbortSignal): Promise<Cluster> {
+  return get<Cluster>(`/clusters/${encodeURIComponent(name)}`, {}, signal);
+}

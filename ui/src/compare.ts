@@ -4,6 +4,7 @@
 import { type Job, listJobs, query, type Row, type Table } from "./api";
 import { clear, h } from "./dom";
 import { showError } from "./errors";
+import { type AlignedPair, stackedTimelines } from "./compareTimeline";
 import { bytes, duration, num, pct } from "./format";
 import { loaded } from "./loaded";
 import "./compare.css";
@@ -65,8 +66,13 @@ function tableView(key: string, table: Table, columns: string[]): HTMLElement {
   );
 }
 
-/** Both runs' steps as bars on one scale, step i of A above step i of B. */
-function stepStrip(table: Table, labels: [string, string]): HTMLElement {
+function pairOf(r: Row): AlignedPair {
+  return { index: Number(r.index), stepA: (r.step_a as number | null) ?? null, stepB: (r.step_b as number | null) ?? null };
+}
+
+/** Both runs' steps as bars on one scale, step i of A above step i of B; a click on a bar aligns
+ * that step pair in the stacked timelines. */
+function stepStrip(table: Table, labels: [string, string], onPick: (pair: AlignedPair) => void): HTMLElement {
   const rows = table.rows;
   const longest = Math.max(1, ...rows.flatMap((r) => [Number(r.dur_a_ns ?? 0), Number(r.dur_b_ns ?? 0)]));
   const lane = (side: "a" | "b", label: string): HTMLElement =>
@@ -86,6 +92,7 @@ function stepStrip(table: Table, labels: [string, string]): HTMLElement {
             "data-step": step ?? "",
             title: dur === null ? "no step" : `step ${step}: ${duration(dur)}`,
             style: `height:${dur === null ? 0 : Math.max(2, (60 * dur) / longest)}px`,
+            onclick: () => onPick(pairOf(r)),
           });
         }),
       ),
@@ -100,7 +107,12 @@ function stepStrip(table: Table, labels: [string, string]): HTMLElement {
   );
 }
 
-function sideControls(name: "a" | "b", jobs: Job[]): { root: HTMLElement; params(): Record<string, string | number[] | null> } {
+interface SideControls {
+  root: HTMLElement;
+  params(): Record<string, string | number[] | null>;
+}
+
+function sideControls(name: "a" | "b", jobs: Job[]): SideControls {
   const select = h(
     "select",
     { "data-compare": `profile-${name}` },
@@ -110,11 +122,12 @@ function sideControls(name: "a" | "b", jobs: Job[]): { root: HTMLElement; params
   const current = loaded();
   if (name === "a" && current) select.value = current.profileId;
   const ranks = h("input", { "data-compare": `rank-${name}`, placeholder: "all ranks, or 0,3", size: 10 });
+  const rankList = (): number[] => ranks.value.split(/[\s,]+/).filter(Boolean).map(Number);
   const steps = h("input", { "data-compare": `steps-${name}`, placeholder: "all steps, or 3:7", size: 10 });
   return {
     root: h("fieldset", { class: "compare-side" }, h("legend", {}, name.toUpperCase()), select, " ranks ", ranks, " steps ", steps),
     params() {
-      const list = ranks.value.split(/[\s,]+/).filter(Boolean).map(Number);
+      const list = rankList();
       return {
         [name]: select.value || null,
         [`rank_${name}`]: list.length ? list : null,
@@ -157,11 +170,23 @@ export function comparePage(): { root: HTMLElement; setActive(on: boolean): void
         { class: "muted" },
         `A = ${c.labels[0]}, B = ${c.labels[1]}; median step ${duration(s.median_a_ns as number | null)} → ${duration(s.median_b_ns as number | null)}; ${String(s.test)}`,
       );
+      const pairs = c.tables.step_pairs;
+      const profileA = String(params.a);
+      // the sides as asked (not as the controls read now: they may have changed meanwhile)
+      const ranksOf = (v: string | number[] | null | undefined): number[] | null => (Array.isArray(v) ? v : null);
+      const timelines = stackedTimelines(
+        [
+          { side: "a", label: c.labels[0], profile: profileA, ranks: ranksOf(params.rank_a) },
+          { side: "b", label: c.labels[1], profile: typeof params.b === "string" ? params.b : profileA, ranks: ranksOf(params.rank_b) },
+        ],
+        pairs?.rows[0] ? pairOf(pairs.rows[0]) : null,
+      );
       clear(
         results,
         details,
         (c.tables.summary?.notes ?? []).map((n) => h("p", { class: "muted note" }, n)),
-        c.tables.step_pairs ? stepStrip(c.tables.step_pairs, c.labels) : null,
+        pairs ? stepStrip(pairs, c.labels, (pair) => timelines.align(pair)) : null,
+        timelines.root,
         SHOWN.map(([key, columns]) => {
           const table = c.tables[key];
           return table ? tableView(key, table, columns) : null;

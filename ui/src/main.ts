@@ -1,9 +1,10 @@
-// Entry: header (tabs, loaded-profile bar, errors) and three pages routed by the URL hash:
-// #/jobs, #/dashboard, #/timeline, #/info. #/dashboard/<profile id> (or #/timeline/<id>) loads that
+// Entry: header (tabs, loaded-profile bar, errors) and the pages routed by the URL hash:
+// #/jobs, #/dashboard, #/timeline, #/compare, #/info, #/cluster. #/dashboard/<profile id> (or #/timeline/<id>) loads that
 // profile first.
 import "./style.css";
 
 import { getProfile } from "./api";
+import { clusterPage } from "./cluster";
 import { comparePage } from "./compare";
 import type { DashboardPage } from "./dashboard";
 import { h } from "./dom";
@@ -14,7 +15,7 @@ import { jobsPage } from "./jobs";
 import { loaded, loadedBar, onLoadedChange, setLoaded } from "./loaded";
 import { timelinePage } from "./timeline/view";
 
-type Route = "jobs" | "dashboard" | "timeline" | "compare" | "info";
+type Route = "jobs" | "dashboard" | "timeline" | "compare" | "info" | "cluster";
 
 /** The dashboard and ECharts (two thirds of the code) in a chunk of their own, fetched when the
  * dashboard is first shown or, before that, when the page has been idle a while: a timeline
@@ -58,10 +59,11 @@ const dashboard = lazyDashboard();
 const info = infoPage();
 const compare = comparePage();
 const timeline = timelinePage();
-const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, compare, info };
+const cluster = clusterPage();
+const pages: Record<Route, { root: HTMLElement; setActive(on: boolean): void }> = { jobs, dashboard, timeline, compare, info, cluster };
 
 const tabs = (Object.keys(pages) as Route[]).map((route) =>
-  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", timeline: "Timeline", compare: "Compare", info: "Profile info" }[route]),
+  h("a", { href: `#/${route}`, class: "tab", "data-route": route }, { jobs: "Jobs", dashboard: "Dashboard", timeline: "Timeline", compare: "Compare", info: "Profile info", cluster: "Cluster" }[route]),
 );
 
 const app = document.getElementById("app") as HTMLElement;
@@ -79,6 +81,7 @@ app.replaceChildren(
   timeline.root,
   compare.root,
   info.root,
+  cluster.root,
 );
 
 function go(route: Route): void {

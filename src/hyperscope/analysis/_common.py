@@ -303,7 +303,7 @@ def in_list(values: Sequence[str]) -> str:
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default), on an already sorted list."""
-    if not sorted_values:
+    if len(sorted_values) == 0:
         return float("nan")
     pos = (len(sorted_values) - 1) * q
     lo = int(pos)

@@ -39,7 +39,9 @@ class Interval:
         return self.lo_ns > 0 or self.hi_ns < 0
 
 
-def median_diff_interval(a: Sequence[int], b: Sequence[int]) -> Interval | None:
+def median_diff_interval(
+    a: Sequence[int] | np.ndarray[Any, Any], b: Sequence[int] | np.ndarray[Any, Any]
+) -> Interval | None:
     """The bootstrap interval of median(B) − median(A), or None with too few steps to judge."""
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
         return None

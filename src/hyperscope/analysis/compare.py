@@ -1,9 +1,9 @@
 """Two runs side by side: what got slower, where, and by how much of the step time.
 
 ``compare(a, b)`` takes two (source, scope) pairs: two profiles of one job, two jobs, two ranks of
-one profile (``Scope(ranks=(3,))`` against ``Scope(ranks=(0,))``) or two step ranges. Each side is
-computed by the ordinary analyses on one prepared scope (one GPU pass each); this module only lines
-the answers up.
+one profile (``Scope(ranks=(3,))`` against ``Scope(ranks=(0,))``) or two step ranges. Each side has
+the tables of the ordinary analyses, computed on columns (``_compare_side``: one GPU sweep, steps as
+arrays; both sides at once); this module only lines the answers up.
 
 Figures are compared **per step**: each side's totals divided by its number of steps (step marks
 summed over its ranks, so a per-step figure is that of one rank's step). Two sides with different
@@ -18,13 +18,24 @@ argument lists and tile sizes stripped); what still has no partner is only in A 
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from hyperscope.analysis._common import Level, Scope, Source, Table, connection
+import duckdb
+import numpy as np
+import numpy.typing as npt
+
+from hyperscope.analysis._common import Scope, Source, Table
+from hyperscope.analysis._compare_side import SideData as _SideData
+from hyperscope.analysis._compare_side import (
+    compute_side,
+    histogram_counts,
+    slowest_per_step,
+    stats_row,
+)
 from hyperscope.analysis._diffstats import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
@@ -32,25 +43,10 @@ from hyperscope.analysis._diffstats import (
     median_diff_interval,
     normalise_kernel,
 )
-from hyperscope.analysis._prepared import Prepared
-from hyperscope.analysis.breakdown import GpuTimeRow, gpu_time
-from hyperscope.analysis.collectives import CollectiveRow, collectives
-from hyperscope.analysis.gpupass import gpu_pass
-from hyperscope.analysis.idle import CAUSES, idle_breakdown
-from hyperscope.analysis.kernels import KernelRow, kernel_summary
-from hyperscope.analysis.memory import MemoryPeakRow, peak_memory
-from hyperscope.analysis.operators import OperatorRow, cpu_operators
-from hyperscope.analysis.steps import (
-    HistogramBin,
-    StepRow,
-    StepStatsRow,
-    histogram,
-    step_time_stats,
-    step_times,
-)
+from hyperscope.analysis.idle import CAUSES
+from hyperscope.analysis.steps import StepStatsRow
 
 Side = tuple[Source, Scope]
-_ALL_KERNELS: Final = 1 << 40
 HIST_BINS: Final = 20
 
 
@@ -140,26 +136,6 @@ class CollectiveDeltaRow:
 
 
 @dataclass(frozen=True, slots=True)
-class _SideData:
-    steps: Table[StepRow]
-    gpu: Table[GpuTimeRow]
-    idle: dict[str, int]
-    kernels: tuple[KernelRow, ...]
-    operators: tuple[OperatorRow, ...]
-    memory: Table[MemoryPeakRow]
-    collectives: tuple[CollectiveRow, ...]
-    notes: tuple[str, ...]
-
-    @property
-    def per_step(self) -> int:
-        return max(1, len(self.steps.rows))
-
-    @property
-    def complete(self) -> list[int]:
-        return [r.dur_ns for r in self.steps.rows if not r.partial]
-
-
-@dataclass(frozen=True, slots=True)
 class Comparison:
     """The answer of :func:`compare`: the summary and one table per question, all JSON-ready."""
 
@@ -186,35 +162,9 @@ class Comparison:
         }
 
 
-def _compute_side(source: Source, scope: Scope) -> _SideData:
-    with connection(source) as con:
-        ctx = Prepared(con, scope, materialize=True)
-        try:
-            gpu_pass(ctx)  # once, for gpu_time and the idle causes
-            steps = step_times(ctx, scope)
-            gpu = gpu_time(ctx, scope, Level.JOB)
-            idle = {r.cause: r.idle_ns for r in idle_breakdown(ctx, scope, Level.JOB).rows}
-            kernels = kernel_summary(ctx, scope, _ALL_KERNELS)
-            operators = cpu_operators(ctx, scope)
-            memory = peak_memory(ctx, scope)
-            comm = collectives(ctx, scope)
-        finally:
-            ctx.close()
-    return _SideData(
-        steps,
-        gpu,
-        idle,
-        kernels.rows[:-1] if kernels.rows else (),  # the last row is "(all N kernels)"
-        operators.rows,
-        memory,
-        comm.rows,
-        tuple(dict.fromkeys((*steps.notes, *gpu.notes))),
-    )
-
-
 def compare(a: Side, b: Side, *, labels: tuple[str, str] = ("A", "B")) -> Comparison:
     """B against A: step time, GPU time, kernels, CPU operators, peak memory, collectives."""
-    sa, sb = _compute_side(*a), _compute_side(*b)
+    sa, sb = _both_sides(a, b)
     ma, mb = _median(sa.complete), _median(sb.complete)
     step_change = mb - ma if ma is not None and mb is not None else None
     kernels = _with_shares(_match_kernels(sa, sb), step_change)
@@ -222,7 +172,7 @@ def compare(a: Side, b: Side, *, labels: tuple[str, str] = ("A", "B")) -> Compar
     summary = _summary(sa, sb, kernels)
     notes = [f"{labels[0]}: {n}" for n in sa.notes] + [f"{labels[1]}: {n}" for n in sb.notes]
     for label, side in zip(labels, (sa, sb), strict=True):
-        if not side.steps.rows:
+        if len(side.steps) == 0:
             notes.append(f"{label} has no steps: its totals are compared, not per-step figures")
     tables: dict[str, Table[Any]] = {
         "summary": Table("Summary", SummaryRow, (summary,), tuple(notes)),
@@ -270,8 +220,18 @@ def compare(a: Side, b: Side, *, labels: tuple[str, str] = ("A", "B")) -> Compar
     return Comparison(labels, summary, tables)
 
 
-def _median(values: Sequence[int]) -> float | None:
-    return float(statistics.median(values)) if values else None
+def _both_sides(a: Side, b: Side) -> tuple[_SideData, _SideData]:
+    """Both sides at once when each has a connection of its own (a Profile opens one per side):
+    their DuckDB scans and numpy sorts release the GIL, so on two cores each side runs on one."""
+    if isinstance(a[0], duckdb.DuckDBPyConnection) or isinstance(b[0], duckdb.DuckDBPyConnection):
+        return compute_side(*a), compute_side(*b)  # one caller's connection is not shared by threads
+    with ThreadPoolExecutor(2, thread_name_prefix="hyperscope-compare") as pool:
+        fa, fb = pool.submit(compute_side, *a), pool.submit(compute_side, *b)
+        return fa.result(), fb.result()
+
+
+def _median(values: npt.NDArray[np.int64]) -> float | None:
+    return float(np.median(values)) if len(values) else None
 
 
 def _summary(sa: _SideData, sb: _SideData, kernels: Sequence[DeltaRow]) -> SummaryRow:
@@ -301,7 +261,7 @@ def _summary(sa: _SideData, sb: _SideData, kernels: Sequence[DeltaRow]) -> Summa
     if change is None:
         busy_a = sum(r.busy_ns for r in sa.gpu.rows) / sa.per_step
         busy_b = sum(r.busy_ns for r in sb.gpu.rows) / sb.per_step
-        line = "no complete steps on " + ("both sides" if not ca and not cb else "one side")
+        line = "no complete steps on " + ("both sides" if not len(ca) and not len(cb) else "one side")
         if busy_a:
             line += f"; GPU busy time {100 * (busy_b - busy_a) / busy_a:+.1f} %"
     else:
@@ -343,58 +303,30 @@ def _ms(ns: float) -> str:
 
 
 def _step_stats(sa: _SideData, sb: _SideData, labels: tuple[str, str]) -> Table[StepStatsRow]:
-    rows: list[StepStatsRow] = []
-    for label, side in zip(labels, (sa, sb), strict=True):
-        stats = step_time_stats(side.steps, level=Level.JOB).rows
-        rows.extend(StepStatsRow(label, *_fields(s)[1:]) for s in stats)
-    return Table("Step time (complete steps of all ranks of each side)", StepStatsRow, tuple(rows))
-
-
-def _fields(row: StepStatsRow) -> tuple[Any, ...]:
-    return (
-        row.group,
-        row.steps,
-        row.mean_ns,
-        row.std_ns,
-        row.min_ns,
-        row.p50_ns,
-        row.p90_ns,
-        row.p95_ns,
-        row.p99_ns,
-        row.max_ns,
+    rows = [stats_row(label, side.complete) for label, side in zip(labels, (sa, sb), strict=True)]
+    return Table(
+        "Step time (complete steps of all ranks of each side)",
+        StepStatsRow,
+        tuple(r for r in rows if r is not None),
     )
 
 
 def _step_bins(sa: _SideData, sb: _SideData) -> tuple[StepBinRow, ...]:
-    ca, cb = sa.complete, sb.complete
-    bins: tuple[HistogramBin, ...] = histogram(ca + cb, HIST_BINS)
-    out = []
-    for i, h in enumerate(bins):
-        last = i == len(bins) - 1
-
-        def inside(v: int, h: HistogramBin = h, last: bool = last) -> bool:
-            return h.lo_ns <= v < h.hi_ns or (last and v >= h.lo_ns)
-
-        out.append(StepBinRow(h.lo_ns, h.hi_ns, sum(map(inside, ca)), sum(map(inside, cb))))
-    return tuple(out)
-
-
-def _slowest(side: _SideData) -> list[tuple[int, int]]:
-    by: dict[int, int] = {}
-    for r in side.steps.rows:
-        if not r.partial:
-            by[r.step] = max(by.get(r.step, 0), r.dur_ns)
-    return sorted(by.items())
+    bins = histogram_counts(sa.complete, sb.complete, HIST_BINS)
+    return tuple(StepBinRow(h.lo_ns, h.hi_ns, na, nb) for h, na, nb in bins)
 
 
 def _step_pairs(sa: _SideData, sb: _SideData) -> tuple[StepPairRow, ...]:
-    a, b = _slowest(sa), _slowest(sb)
-    out = []
-    for i in range(max(len(a), len(b))):
-        sa_, da = a[i] if i < len(a) else (None, None)
-        sb_, db = b[i] if i < len(b) else (None, None)
-        out.append(StepPairRow(i, sa_, da, sb_, db, db - da if da is not None and db is not None else None))
-    return tuple(out)
+    (na, da), (nb, db) = slowest_per_step(sa.steps), slowest_per_step(sb.steps)
+    both = min(len(na), len(nb))
+    delta = (db[:both] - da[:both]).tolist()
+    a: list[tuple[int | None, int | None]] = list(zip(na.tolist(), da.tolist(), strict=True))
+    b: list[tuple[int | None, int | None]] = list(zip(nb.tolist(), db.tolist(), strict=True))
+    longest = max(len(a), len(b))
+    a += [(None, None)] * (longest - len(a))
+    b += [(None, None)] * (longest - len(b))
+    delta += [None] * (longest - both)
+    return tuple(StepPairRow(i, *pa, *pb, dd) for i, (pa, pb, dd) in enumerate(zip(a, b, delta, strict=True)))
 
 
 def _metric(

@@ -30,6 +30,7 @@ class NvmlSeam:
     def __init__(self) -> None:
         self._nvml: Any = None
         self._handles: list[Any] = []
+        self._events: Any = None  # the XID event set, once watch_xids() made it
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         nvml = self._nvml
@@ -63,6 +64,10 @@ class NvmlSeam:
 
     def shutdown(self) -> None:
         if self._nvml is not None:
+            events, self._events = self._events, None
+            if events is not None:
+                with contextlib.suppress(Exception):
+                    self._nvml.nvmlEventSetFree(events)
             self._nvml.nvmlShutdown()
             self._nvml = None
 
@@ -89,6 +94,51 @@ class NvmlSeam:
     def sm_clock_mhz(self, index: int) -> float:
         nvml = self._nvml
         return float(self._call(nvml.nvmlDeviceGetClockInfo, self._handles[index], nvml.NVML_CLOCK_SM))
+
+    def name(self, index: int) -> str:
+        raw = self._call(self._nvml.nvmlDeviceGetName, self._handles[index])
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    def ecc_uncorrected(self, index: int) -> int:
+        """Uncorrectable ECC errors since the driver loaded (NVML's volatile count)."""
+        nvml = self._nvml
+        return int(
+            self._call(
+                nvml.nvmlDeviceGetTotalEccErrors,
+                self._handles[index],
+                nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                nvml.NVML_VOLATILE_ECC,
+            )
+        )
+
+    def watch_xids(self) -> list[int]:
+        """Ask NVML for every GPU's critical XID events from now on; the GPUs that accepted (a
+        board or MIG mode that cannot report them is left out)."""
+        nvml = self._nvml
+        self._events = self._call(nvml.nvmlEventSetCreate)
+        watched = []
+        for i, handle in enumerate(self._handles):
+            try:
+                self._call(
+                    nvml.nvmlDeviceRegisterEvents, handle, nvml.nvmlEventTypeXidCriticalError, self._events
+                )
+            except (NvmlUnsupported, RuntimeError):
+                continue
+            watched.append(i)
+        return watched
+
+    def poll_xids(self) -> list[tuple[int, int]]:
+        """The XID events since the last poll, as (GPU index, XID), without waiting."""
+        nvml, events = self._nvml, self._events
+        if events is None:
+            return []
+        out: list[tuple[int, int]] = []
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait_v2(events, 0)
+            except nvml.NVMLError:  # NVML_ERROR_TIMEOUT: none left
+                return out
+            out.append((int(nvml.nvmlDeviceGetIndex(data.device)), int(data.eventData)))
 
 
 Row = tuple[int, str, float]  # device, metric, value

@@ -81,6 +81,67 @@ def create(
     )
 
 
+DrainTimeout = Annotated[
+    float,
+    typer.Option(
+        "--drain-timeout", min=1, metavar="SECONDS",
+        help="How long to wait for the jobs on a node that is drained (to be removed or updated) "
+        "to end; past it the update stops and says which jobs hold it.",
+    ),
+]  # fmt: skip
+
+
+@cluster_app.command("update")
+def update(
+    file: Annotated[
+        Path, typer.Option("-f", "--file", help="The edited cluster spec (YAML).", metavar="FILE")
+    ],
+    drain_timeout: DrainTimeout = 3600.0,
+    home: HomeOption = None,
+) -> None:
+    """Change a live cluster to its edited spec without stopping running jobs: more or fewer
+    nodes in a group (spares join the partition first), new or removed worker and login groups.
+    Nodes that go are drained and their jobs finish first. The controller, Slurm's settings, a
+    group's GPUs and the shared folder cannot change in place (delete and create instead).
+    Local provider."""
+    t0 = time.monotonic()
+
+    def progress(node: str, step: str) -> None:
+        err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
+
+    try:
+        plan = manage.update(file, _home(home), progress, drain_timeout_s=drain_timeout)
+    except HyperscopeError as exc:
+        _fail(exc)
+    out.print(f"{plan.describe()} ({time.monotonic() - t0:.1f} s)")
+
+
+@cluster_app.command("update-software")
+def update_software(
+    name: NameArg,
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, metavar="N", help="Slurm nodes drained and updated at a time.")
+    ] = 1,
+    drain_timeout: DrainTimeout = 3600.0,
+    home: HomeOption = None,
+) -> None:
+    """Run the lifecycle script's update step on every node: on_update.sh where the lifecycle
+    folder has one, else on_create.sh again with HYPERSCOPE_UPDATE=1. Login and controller nodes
+    first, then Slurm nodes BATCH at a time: drained (their jobs finish), updated, slurmd
+    restarted, resumed. A failed node stays drained with the reason "Software update failed"
+    and the update stops. Local provider."""
+    t0 = time.monotonic()
+
+    def progress(node: str, step: str) -> None:
+        err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
+
+    try:
+        done = manage.update_software(name, _home(home), progress, batch=batch, drain_timeout_s=drain_timeout)
+    except HyperscopeError as exc:
+        _fail(exc)
+    out.print(f"updated {len(done)} node(s) of {name} ({time.monotonic() - t0:.1f} s)")
+
+
 @cluster_app.command("list")
 def list_(home: HomeOption = None) -> None:
     """Every cluster this store knows, with its status."""

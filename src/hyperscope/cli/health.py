@@ -86,18 +86,11 @@ def health_command(
     """
     from hyperscope import health
 
-    config = health.HealthConfig(
-        expect_gpus=expect_gpus,
-        paths=tuple(path or ()),
-        min_free_bytes=int(min_free_gib * (1 << 30)),
-        shared=shared,
-        checks_dir=None if quick else checks_dir,
-        dcgm=not quick,
-        dcgm_every_s=dcgm_every,
-        dcgm_record=dcgm_record,
-        gpu_devices=gpu_devices,
-        system_disks=system_disks,
-    )
+    config = health.configure(
+        expect_gpus=expect_gpus, paths=tuple(path or ()), min_free_gib=min_free_gib, shared=shared,
+        checks_dir=checks_dir, quick=quick, dcgm_every_s=dcgm_every, dcgm_record=dcgm_record,
+        gpu_devices=gpu_devices, system_disks=system_disks,
+    )  # fmt: skip
     try:
         report = health.run(config, node=node)
     except ValueError as exc:  # an unreadable fault file

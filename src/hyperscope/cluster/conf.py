@@ -13,6 +13,8 @@ import os
 import stat
 from pathlib import Path
 
+import yaml
+
 from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import ClusterState, NodeState
 
@@ -35,7 +37,7 @@ def slurm_conf(
     lines = [
         "# Written by hyperscope from " + (state.spec_path or "a spec") + "; rewritten on every create.",
         f"ClusterName={spec.name}",
-        "SlurmctldHost={1}({0})".format(*addr.get(state.controller, ("127.0.0.1", "localhost"))),
+        *_controllers(state, addr.get(state.controller)),
         f"SlurmctldPort={state.ctld_port}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
@@ -44,7 +46,7 @@ def slurm_conf(
         "SlurmdUser=root",
         f"StateSaveLocation={d / 'state'}",
         f"SlurmdSpoolDir={r / 'spool'}/%n",
-        f"SlurmctldPidFile={d / 'state' / 'slurmctld.pid'}",
+        f"SlurmctldPidFile={(ctld_dir(state) if state.backup_controller else d / 'state') / 'slurmctld.pid'}",
         f"SlurmdPidFile={d / 'state'}/slurmd-%n.pid",
         f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
         f"SlurmdLogFile={d / 'log'}/slurmd-%n.log",
@@ -84,6 +86,25 @@ def slurm_conf(
     active = ",".join(n.name for n in workers if not n.spare)
     lines.append(f"PartitionName={s.partition} Nodes={active} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def ctld_dir(state: ClusterState) -> Path:
+    """The primary's pid-file folder; the backup sees its own folder here (a bind mount), since a
+    slurmctld starting up kills the process its pid file names."""
+    return Path(state.run_dir) / "ctld"
+
+
+def _controllers(state: ClusterState, host: tuple[str, str] | None) -> list[str]:
+    """``SlurmctldHost`` lines. With a backup, each slurmctld runs under its own host name (how
+    slurmctld tells whether it is the primary or the backup) and listens only on its own loopback
+    address (``NoCtldInAddrAny``), so both share the port on one machine."""
+    if not state.backup_controller:
+        return ["SlurmctldHost={1}({0})".format(*(host or ("127.0.0.1", "localhost")))]
+    return [
+        f"SlurmctldHost={state.controller}(127.0.0.1)",
+        f"SlurmctldHost={state.backup_controller}(127.0.0.2)",
+        "CommunicationParameters=NoCtldInAddrAny",
+    ]
 
 
 def gres_conf(spec: ClusterSpec, state: ClusterState, *, real: bool = False) -> str:
@@ -137,7 +158,29 @@ def resource_config(state: ClusterState) -> str:
     return json.dumps(doc, indent=1) + "\n"
 
 
-def write_files(spec: ClusterSpec, state: ClusterState) -> None:
+#: the spec as it was at create (or the last update), beside slurm.conf: what an update compares
+#: against, since users edit their spec file in place before ``cluster update``
+SPEC_COPY = "spec.yaml"
+
+
+def keep_spec(spec: ClusterSpec, state: ClusterState) -> None:
+    """The spec file as it is now, its folders made absolute (the copy lives elsewhere)."""
+    if spec.source is None or not spec.source.is_file():
+        return
+    doc = yaml.safe_load(spec.source.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        return
+    if spec.lifecycle_dir is not None:
+        doc["lifecycle_scripts"] = str(spec.lifecycle_dir)
+    doc["shared_dir"] = str(spec.shared_dir)
+    recovery = doc.get("recovery")
+    if isinstance(recovery, dict) and spec.recovery.health_checks_dir is not None:
+        recovery["health_checks_dir"] = str(spec.recovery.health_checks_dir)
+    (Path(state.dir) / "etc" / SPEC_COPY).write_text(yaml.safe_dump(doc), encoding="utf-8")
+
+
+def write_files(spec: ClusterSpec, state: ClusterState, *, new_key: bool = True) -> None:
+    """Everything Slurm reads; ``new_key`` False (an update of a live cluster) keeps munge's key."""
     d = Path(state.dir)
     etc = d / "etc"
     (etc / "slurm.conf").write_text(slurm_conf(spec, state))
@@ -155,5 +198,6 @@ def write_files(spec: ClusterSpec, state: ClusterState) -> None:
     r.chmod(0o755)
     munge.chmod(0o755)  # munged refuses a socket folder that is not o+x
     key = munge / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o400)
+    if new_key or not key.is_file():
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)

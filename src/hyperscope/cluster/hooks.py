@@ -32,14 +32,16 @@ def auto_resume_log(state: ClusterState) -> Path:
 
 
 def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sys.executable) -> str:
-    """One periodic check per node at a time (``flock -n``: the next interval's exits 0 at once
-    instead of piling up behind a slow one; Prologs wait their turn, so every job's nodes are
-    checked, without overlapping each other); each
-    node's expected GPU count from its group; the spec's folder of user checks; DCGM's diagnostic
-    at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so ``delete``
-    stops a check still running. It is also the agent's watchdog: run by every slurmd every few
-    seconds, it starts the agent again when none holds the agent's lock (the agent, in turn,
-    restarts slurmctld and munged)."""
+    """Slurm's HealthCheckProgram and Prolog. The periodic check is one long-lived
+    ``python -m hyperscope.health --loop`` per node, started by the first run and holding the
+    node's lock (``flock -n``: every later run exits at once), since a Python start per node every
+    few seconds kept two cores busy at 32 nodes on one machine. The Prolog runs the quick checks
+    before every job (Prologs of one node wait their turn, so every job's nodes are checked). Each
+    node's expected GPU count comes from its group; the spec's folder of user checks; DCGM's
+    diagnostic at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so
+    ``delete`` stops a check still running. It is also the agent's watchdog: run by every slurmd
+    every few seconds, it starts the agent again when none holds the agent's lock (the agent, in
+    turn, restarts slurmctld and munged)."""
     q = shlex.quote
     spool = Path(state.run_dir) / "spool"
     r = spec.recovery
@@ -48,6 +50,7 @@ def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sy
     for n in state.nodes:
         if n.slurm and groups[n.group].gpus_per_node:
             by_gpus.setdefault(groups[n.group].gpus_per_node, []).append(n.name)
+    agent = f" --agent-watchdog {q(state.dir)}" if r.agent else ""
     cases = "".join(f"  {'|'.join(names)}) gpus={k} ;;\n" for k, names in sorted(by_gpus.items()))
     checks = f" --checks-dir {q(str(r.health_checks_dir))}" if r.health_checks_dir else ""
     devices = q(str(Path(state.dir) / "dev"))
@@ -86,15 +89,24 @@ gpus=0
 case "$node" in
 {cases}esac
 expect=""; [ "$gpus" -gt 0 ] && expect="--expect-gpus $gpus --gpu-devices {devices}/$node"
+common=(--drain --node "$node" $expect{checks} --dcgm-every {r.dcgm_interval_s} \\
+    --dcgm-record "$spool/.dcgm-diag.json" --path "$spool" --min-free-gib 0.1 --shared {q(state.shared_dir)})
+if [ -z "${{SLURM_JOB_ID:-}}" ]; then
+    # periodic: one long-lived check per node, every {r.health_check_interval} s, holding this lock (fd 9)
+    # for its life; it ends with this node's slurmd or when this script is rewritten
+    setsid {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" --watch "$0" \\
+        --faults-file "$faults"{agent} "${{common[@]}}" </dev/null >/dev/null 2>&1 &
+    exit 0
+fi
 # As the Prolog (Slurm sets SLURM_JOB_ID) only the quick checks: it runs before every job.
-quick=""; [ -n "${{SLURM_JOB_ID:-}}" ] && quick=--quick
-exec {q(python)} -m hyperscope health --drain --node "$node" $quick $expect{checks} \\
-    --dcgm-every {r.dcgm_interval_s} --dcgm-record "$spool/.dcgm-diag.json" \\
-    --path "$spool" --min-free-gib 0.1 --shared {q(state.shared_dir)} >/dev/null
+exec {q(python)} -m hyperscope.health --quick "${{common[@]}}" >/dev/null
 """
 
 
 TASK_PROLOG = "taskprolog.sh"
+#: how often slurmd runs the wrapper at least: it only starts a node's health loop again if it
+#: died (the loop checks at the spec's interval and watches the agent); slurmd also runs it at start
+WRAPPER_INTERVAL_S = 60
 
 
 def task_prolog(state: ClusterState) -> str:
@@ -129,7 +141,7 @@ def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
     prolog.chmod(0o755)
     lines = [
         f"HealthCheckProgram={wrapper}",
-        f"HealthCheckInterval={spec.recovery.health_check_interval}",
+        f"HealthCheckInterval={max(spec.recovery.health_check_interval, WRAPPER_INTERVAL_S)}",
         "HealthCheckNodeState=ANY",
         f"Prolog={wrapper}",
         f"TaskProlog={prolog}",

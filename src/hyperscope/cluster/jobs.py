@@ -23,6 +23,8 @@ from pathlib import Path
 
 from hyperscope.cluster.slurm import Job, Slurm
 from hyperscope.cluster.state import ClusterState
+from hyperscope.recovery import heartbeat
+from hyperscope.store import attempts
 from hyperscope.store.catalog import Catalog, JobStatus
 from hyperscope.store.catalog import Job as CatalogJob
 from hyperscope.store.store import Store
@@ -167,6 +169,8 @@ def sync(
             if early is not None and early.name != link[1] and not early.profiles:
                 cat.remove(early.name)
         for job in live:
+            # attempts are keyed by Slurm's id, not by the entry: recorded for young jobs too
+            _record_attempts(cat, key, job, heartbeat_dir(state), asked_ns)
             submitted = slurm_time_ns(job.fields.get("SubmitTime", "")) or 0
             if settle_s and asked_ns - submitted < settle_s * 1e9:
                 continue
@@ -185,6 +189,49 @@ def sync(
                 )  # fmt: skip
         catalog = sorted(cat.slurm_jobs(key).values(), key=lambda j: j.created_ns)
         return Synced(catalog, {j.id: j for j in live})
+
+
+def heartbeat_dir(state: ClusterState) -> Path:
+    """Where the cluster's jobs beat (``HYPERSCOPE_HEARTBEAT_DIR``, set by ``cluster submit``)."""
+    return store_home(state) / "heartbeats"
+
+
+_RUNNING = ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
+
+
+def _record_attempts(cat: Catalog, key: str, job: Job, beats: Path, now_ns: int) -> None:
+    """What this sync sees of the job's current attempt (``Restarts`` = its index) and of the one
+    a requeue ended: its start (Slurm's StartTime once it runs), its end and how, and the newest
+    heartbeat then, so the goodput of a requeued job can be told after Slurm forgot the attempt."""
+    f, base = job.fields, job.state.split()[0].rstrip("+").upper() if job.state.strip() else ""
+    tasks = int(f["NumTasks"]) if f.get("NumTasks", "").isdigit() else 0
+    start = catalog_time(f.get("StartTime", ""), now_ns)
+    end = catalog_time(f.get("EndTime", ""), now_ns)
+    ended = job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED)
+    # only RUNNING's StartTime is this attempt's: right after a requeue the job is COMPLETING with
+    # the new restart count and the requeue's time as its StartTime (Slurm 22.05, measured)
+    if base == "RUNNING" or (ended and job.nodes):
+        newest = heartbeat.newest(beats, str(job.id), tasks) if ended else None
+        attempts.record(
+            cat, key, job.id, job.restarts, start_ns=start, end_ns=end if ended else None,
+            end_state=base if ended else "", last_beat_ns=None if newest is None else int(newest * 1e9),
+        )  # fmt: skip
+    if job.restarts > 0 and (base == "PENDING" or base in _RUNNING):
+        # the attempt before this one was requeued: it ended by the time this one is pending, at
+        # the requeue (COMPLETING's StartTime), or at the latest when this one started; its beats
+        # are its own only before that
+        until = (end or now_ns) if base == "PENDING" else (start or now_ns)
+        newest = heartbeat.newest(beats, str(job.id), tasks)
+        last = None if newest is None or newest * 1e9 > until else int(newest * 1e9)
+        attempts.record(
+            cat, key, job.id, job.restarts - 1, end_ns=until, end_state="REQUEUED", last_beat_ns=last
+        )
+
+
+def catalog_time(text: str, now_ns: int) -> int | None:
+    """A Slurm time that has already happened (Slurm shows estimates for the future), as ns."""
+    t = slurm_time_ns(text)
+    return t if t is not None and t <= now_ns + 1_000_000_000 else None
 
 
 def cluster_gone(state: ClusterState) -> None:

@@ -27,6 +27,7 @@ from hyperscope.cluster import conf, hooks, operate
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import (
+    BACKUP_CTLD,
     ClusterError,
     ClusterState,
     NodeState,
@@ -46,6 +47,7 @@ from hyperscope.cluster.state import (
 MARKER = "HYPERSCOPE_CLUSTER_DIR"
 #: Set in a slurmd's environment: its slurmstepds inherit it, which is how one node's are found.
 NODE_MARKER = "HYPERSCOPE_SLURMD_NODE"
+BACKUP = BACKUP_CTLD
 ON_CREATE_TIMEOUT_S = 600.0
 IDLE_TIMEOUT_S = 30.0
 _OUTPUT_TAIL = 4000
@@ -61,7 +63,7 @@ def missing_requirements() -> str | None:
     return None
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -151,7 +153,7 @@ class LocalProvider:
         for sub in ("etc", "state", "log", "dev"):
             (d / sub).mkdir(parents=True)
         ports = (
-            _free_ports(len(spec.slurm_nodes()) + 1)
+            free_ports(len(spec.slurm_nodes()) + 1)
             if spec.slurm.port_base == 0
             else list(range(spec.slurm.port_base, spec.slurm.port_base + len(spec.slurm_nodes()) + 1))
         )
@@ -169,6 +171,7 @@ class LocalProvider:
             partition=spec.slurm.partition,
             ctld_port=ports[0],
             run_dir=str(runtime_dir(d)),
+            backup_controller=f"{controller}-backup" if spec.slurm.backup_controller else "",
         )
         shutil.rmtree(state.run_dir, ignore_errors=True)
         node_ports = iter(ports[1:])
@@ -185,6 +188,7 @@ class LocalProvider:
                 )
             )
         conf.write_files(spec, state)
+        conf.keep_spec(spec, state)
         with open(state.slurm_conf, "a") as f:  # the health check and --auto-resume
             f.write("\n".join(hooks.install(spec, state)) + "\n")
         spec.shared_dir.mkdir(parents=True, exist_ok=True)
@@ -230,9 +234,16 @@ class LocalProvider:
             lambda: (m / "munge.sock").exists(), 10, "munged did not create its socket", state, "munged.out"
         )
         say(state.controller, "starting slurmctld")
-        self._popen(state, "slurmctld", ["slurmctld", "-D", "-c", "-f", state.slurm_conf], "slurmctld.out")
+        self._popen(state, "slurmctld", self._ctld_argv(state, clear=True), "slurmctld.out")
         slurm = Slurm(Path(state.slurm_conf))
         self._wait(slurm.ping, 15, "slurmctld does not answer `scontrol ping`", state, "slurmctld.log")
+        if state.backup_controller:
+            say(state.controller, "starting the backup slurmctld")
+            self._popen(state, BACKUP, self._ctld_argv(state, backup=True), "slurmctld-backup.out")
+            self._wait(
+                lambda: slurm.controllers().get(state.backup_controller) == "UP", 30,
+                "the backup slurmctld does not answer `scontrol ping`", state, "slurmctld-backup.out",
+            )  # fmt: skip
         groups = {g.name: g for g in spec.groups}
         for node in state.nodes:
             say(node.name, "running on_create.sh")
@@ -263,7 +274,7 @@ class LocalProvider:
         """Start again whichever of munged and slurmctld has died (the agent's watchdog): slurmctld
         without ``-c``, so it recovers its jobs and nodes from StateSaveLocation and running jobs go
         on. The roles restarted."""
-        dead = [p for p in state.procs if p.role in ("munged", "slurmctld") and not alive(p)]
+        dead = [p for p in state.procs if p.role in ("munged", "slurmctld", BACKUP) and not alive(p)]
         roles = [p.role for p in dead]
         state.procs = [p for p in state.procs if p not in dead]
         m = Path(state.run_dir) / "munge"
@@ -276,11 +287,38 @@ class LocalProvider:
                 "munged.out",
             )  # fmt: skip
             self._wait(lambda: (m / "munge.sock").exists(), 10, "munged did not restart", state, "munged.out")
+        slurm = Slurm(Path(state.slurm_conf))
         if "slurmctld" in roles:
-            self._popen(state, "slurmctld", ["slurmctld", "-D", "-f", state.slurm_conf], "slurmctld.out")
-            slurm = Slurm(Path(state.slurm_conf))
+            self._popen(state, "slurmctld", self._ctld_argv(state), "slurmctld.out")
             self._wait(slurm.ping, 30, "slurmctld did not restart", state, "slurmctld.log")
+        if BACKUP in roles:
+            self._popen(state, BACKUP, self._ctld_argv(state, backup=True), "slurmctld-backup.out")
         return roles
+
+    def _ctld_argv(self, state: ClusterState, *, backup: bool = False, clear: bool = False) -> list[str]:
+        """slurmctld in the foreground (``clear``: a fresh cluster forgets old state). With a backup
+        controller, each runs in its own UTS namespace under the host name slurm.conf gives it,
+        and the backup in a mount namespace where the pid-file folder is its own."""
+        core = ["slurmctld", "-D", *(["-c"] if clear else []), "-f", state.slurm_conf]
+        if not state.backup_controller:
+            return core
+        ctld = conf.ctld_dir(state)
+        own = ctld.with_name("ctld-backup") if backup else ctld
+        own.mkdir(parents=True, exist_ok=True)
+        ctld.mkdir(parents=True, exist_ok=True)
+        # with NoCtldInAddrAny slurmctld resolves its own name: both names, in its own /etc/hosts
+        hosts = ctld.with_name("hosts")
+        system = Path("/etc/hosts").read_text() if Path("/etc/hosts").is_file() else ""
+        hosts.write_text(system + f"\n127.0.0.1 {state.controller}\n127.0.0.2 {state.backup_controller}\n")
+        name = state.backup_controller if backup else state.controller
+        script = (
+            'hostname "$1" && mount --bind "$4" /etc/hosts && '
+            '{ [ "$2" = "$3" ] || mount --bind "$2" "$3"; } && shift 4 && exec "$@"'
+        )
+        return [
+            "unshare", "--uts", "--mount", "--propagation", "private",
+            "sh", "-c", script, "sh", name, str(own), str(ctld), str(hosts), *core,
+        ]  # fmt: skip
 
     def start_agent(self, state: ClusterState) -> Proc | None:
         """``hyperscope agent`` on the controller: one more tracked daemon, stopped first by delete
@@ -306,13 +344,23 @@ class LocalProvider:
             f"slurmd-{node.name}.out", node.name, save=save,
         )  # fmt: skip
 
-    def run_on_create(self, spec: ClusterSpec, state: ClusterState, node: NodeState) -> None:
-        """``on_create.sh`` for one node, as at create (a fresh node replacing a failed one)."""
+    def run_on_create(
+        self, spec: ClusterSpec, state: ClusterState, node: NodeState, *, update: bool = False
+    ) -> None:
+        """``on_create.sh`` for one node, as at create (a fresh node replacing a failed one);
+        ``update``: the software update step, ``on_update.sh`` where the lifecycle folder has one,
+        else ``on_create.sh`` again, with ``HYPERSCOPE_UPDATE=1``."""
         gpus = {g.name: g.gpus_per_node for g in spec.groups}[node.group]
-        self._on_create(spec, state, node, gpus)
+        self._on_create(spec, state, node, gpus, update=update)
 
-    def _on_create(self, spec: ClusterSpec, state: ClusterState, node: NodeState, gpus: int) -> None:
+    def _on_create(
+        self, spec: ClusterSpec, state: ClusterState, node: NodeState, gpus: int, *, update: bool = False
+    ) -> None:
+        script = spec.on_create
+        if update and spec.lifecycle_dir is not None and (spec.lifecycle_dir / "on_update.sh").is_file():
+            script = spec.lifecycle_dir / "on_update.sh"
         env = {
+            **({"HYPERSCOPE_UPDATE": "1"} if update else {}),
             **os.environ,
             "SLURM_CONF": state.slurm_conf,
             "HYPERSCOPE_CLUSTER": state.name,
@@ -327,7 +375,7 @@ class LocalProvider:
         }
         try:
             done = subprocess.run(
-                ["bash", str(spec.on_create)], cwd=spec.lifecycle_dir, env=env, stdout=subprocess.PIPE,
+                ["bash", str(script)], cwd=spec.lifecycle_dir, env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=ON_CREATE_TIMEOUT_S, check=False,
             )  # fmt: skip
             raw: bytes | None = done.stdout
@@ -335,13 +383,13 @@ class LocalProvider:
         except subprocess.TimeoutExpired as exc:
             raw, rc = exc.stdout, None
         output = (raw or b"").decode(errors="replace")
-        (Path(state.dir) / "log" / f"on_create-{node.name}.log").write_text(output)
+        (Path(state.dir) / "log" / f"{script.stem}-{node.name}.log").write_text(output)
         node.output = output[-_OUTPUT_TAIL:]
         if rc != 0:
             node.status, node.since = "Failed", time.time()
             how = f"exited with status {rc}" if rc is not None else f"ran over {ON_CREATE_TIMEOUT_S:g} s"
             raise ClusterError(
-                f"{spec.on_create} {how} on node {node.name} (group {node.group}, role {node.role}):\n"
+                f"{script} {how} on node {node.name} (group {node.group}, role {node.role}):\n"
                 + (node.output.rstrip() or "(no output)")
             )
 
@@ -389,11 +437,13 @@ class LocalProvider:
         """The agent (so it replaces nothing meanwhile), slurmds, then their slurmstepds and job
         tasks, then slurmctld, then munged."""
         stop([p for p in state.procs if p.role == "agent"])
-        by_role = {r: [p for p in state.procs if p.role == r] for r in ("slurmd", "slurmctld", "munged")}
+        by_role = {
+            r: [p for p in state.procs if p.role == r] for r in ("slurmd", "slurmctld", BACKUP, "munged")
+        }
         stop([*by_role["slurmd"], *self._strays(state)])
         # a health check or agent slurmd started while the first sweep ran: one more
         stop(self._strays(state))
-        stop(by_role["slurmctld"])
+        stop([*by_role["slurmctld"], *by_role[BACKUP]])
         stop(by_role["munged"])
         state.procs = []
         if state.run_dir:
@@ -409,7 +459,7 @@ class LocalProvider:
         """Everything that carries the cluster's marker (slurmstepds, job tasks, health checks, a
         restarted agent) but is not slurmctld, munged or their children (slurmscriptd stops with
         slurmctld)."""
-        keep = {p.pid for p in state.procs if p.role in ("slurmctld", "munged")}
+        keep = {p.pid for p in state.procs if p.role in ("slurmctld", BACKUP, "munged")}
         found = processes_with_env([f"{MARKER}={state.dir}"]) + processes_with_env(
             [f"SLURM_CONF={state.slurm_conf}"], require="SLURM_JOB_ID"
         )

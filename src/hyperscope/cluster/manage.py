@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hyperscope.cluster import jobs, ssh
+from hyperscope.cluster import update as updates
 from hyperscope.cluster.existing import ExistingProvider
 from hyperscope.cluster.local import LocalProvider
 from hyperscope.cluster.slurm import Node, Slurm, SlurmError
@@ -82,6 +83,21 @@ def create(
     if kept:
         (Path(state.dir) / "log" / kept_name).write_text(kept)
     return state
+
+
+def update(spec_file: Path, home: Path, progress: Progress, *, drain_timeout_s: float) -> updates.UpdatePlan:
+    """Change a live local cluster to its edited spec (counts, groups); what was done."""
+    spec = load_spec(spec_file)
+    return updates.update(LocalProvider(home), spec, progress, drain_timeout_s=drain_timeout_s)
+
+
+def update_software(
+    name: str, home: Path, progress: Progress, *, batch: int, drain_timeout_s: float
+) -> list[str]:
+    load(name, home)  # a clear "no cluster named" first
+    return updates.update_software(
+        LocalProvider(home), name, progress, batch=batch, drain_timeout_s=drain_timeout_s
+    )
 
 
 def load(name: str, home: Path) -> ClusterState:

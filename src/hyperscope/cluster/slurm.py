@@ -69,6 +69,12 @@ class Slurm:
         done = self.run("scontrol", "ping", timeout=10, check=False)
         return done.returncode == 0 and " is UP" in done.stdout
 
+    def controllers(self) -> dict[str, str]:
+        """Each controller's host name and what ``scontrol ping`` says of it (UP, DOWN); {} when
+        scontrol cannot be run."""
+        done = self.run("scontrol", "ping", timeout=10, check=False)
+        return parse_ping(done.stdout)
+
     def nodes(self) -> list[Node]:
         return parse_show_node(self.run("scontrol", "show", "node", "-o").stdout)
 
@@ -340,3 +346,11 @@ def parse_version(text: str) -> str:
     if m is None:
         raise SlurmError(f"no Slurm version in {text.strip()!r}")
     return m.group(1)
+
+
+_PING = re.compile(r"^Slurmctld\((?:primary|backup\d*)\) at (\S+) is (\w+)", re.M)
+
+
+def parse_ping(text: str) -> dict[str, str]:
+    """``Slurmctld(primary) at c1 is UP`` lines (one per ``SlurmctldHost``) → ``{"c1": "UP"}``."""
+    return {host: state for host, state in _PING.findall(text)}

@@ -69,6 +69,9 @@ class SlurmSettings:
     cred_expire: int = 5
     #: First TCP port (slurmctld); nodes use the following ones. 0 = pick free ports at create.
     port_base: int = 0
+    #: local provider: a second slurmctld (Slurm's backup controller, ``SlurmctldHost`` twice,
+    #: state in the cluster's folder) that takes over when the primary is gone
+    backup_controller: bool = False
 
 
 #: what the agent does about a straggler (recovery.straggler_action)
@@ -263,6 +266,10 @@ def _slurm(src: Path, raw: object) -> SlurmSettings:
             src, "slurm.port_base", "must be 0 (pick free ports) or at least 1024", values["port_base"]
         )
     values["partition"] = _name(src, "slurm.partition", d.get("partition", defaults.partition))
+    backup = d.get("backup_controller", defaults.backup_controller)
+    if not isinstance(backup, bool):
+        raise SpecError(src, "slurm.backup_controller", "must be true or false", backup)
+    values["backup_controller"] = backup
     return SlurmSettings(**values)
 
 
@@ -359,6 +366,13 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
     for key in unused:
         if key in d:
             raise SpecError(source, key, f"is not used by the {provider} provider")
+    backup = d.get("slurm")
+    if provider != "local" and isinstance(backup, dict) and backup.get("backup_controller"):
+        raise SpecError(
+            source, "slurm.backup_controller",
+            f"is built by the local provider only: with the {provider} provider, name a second "
+            "SlurmctldHost in your own slurm.conf (existing) or leave it out (ssh)", True,
+        )  # fmt: skip
     lifecycle: Path | None = None
     slurm_conf: Path | None = None
     if existing:

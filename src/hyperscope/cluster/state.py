@@ -40,6 +40,10 @@ class ClusterNotFound(ClusterError):
         self.name = name
 
 
+#: the role of the local provider's backup slurmctld among a cluster's daemons
+BACKUP_CTLD = "slurmctld-backup"
+
+
 @dataclass(slots=True)
 class Proc:
     """A daemon we started: ``start`` is /proc/PID/stat's start time, to never kill a reused PID."""
@@ -92,6 +96,8 @@ class ClusterState:
     updated: float = field(default_factory=time.time)
     #: what create could not set up but did not need to fail for (e.g. no SPANK plugin)
     notes: list[str] = field(default_factory=list)
+    #: the local provider's backup slurmctld: its host name ("" = no backup controller)
+    backup_controller: str = ""
 
     def node(self, name: str) -> NodeState:
         for n in self.nodes:

@@ -7,17 +7,57 @@ import dataclasses
 import os
 import socket
 import subprocess
+from pathlib import Path
 
 from hyperscope.health import checks, sources
 from hyperscope.health.checks import HealthConfig
 from hyperscope.health.model import Action, CheckResult, HealthReport, Status
 
-__all__ = ["Action", "CheckResult", "HealthConfig", "HealthReport", "Status", "drain", "node_name", "run"]
+__all__ = [
+    "Action",
+    "CheckResult",
+    "HealthConfig",
+    "HealthReport",
+    "Status",
+    "configure",
+    "drain",
+    "node_name",
+    "run",
+]
 
 
 def node_name() -> str:
     """Slurm's name for this node (several local slurmds share one hostname), else the hostname."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def configure(
+    *,
+    expect_gpus: int | None = None,
+    paths: tuple[Path, ...] = (),
+    min_free_gib: float = 1.0,
+    shared: Path | None = None,
+    checks_dir: Path | None = None,
+    quick: bool = False,
+    dcgm_every_s: float = 0.0,
+    dcgm_record: Path | None = None,
+    gpu_devices: Path = Path("/dev"),
+    system_disks: bool = True,
+) -> HealthConfig:
+    """The options of ``hyperscope health`` (and of ``python -m hyperscope.health``) as a config;
+    ``quick`` (Slurm's Prolog, before every job) leaves out DCGM's diagnostic and the user's checks."""
+    return HealthConfig(
+        expect_gpus=expect_gpus,
+        paths=paths,
+        min_free_bytes=int(min_free_gib * (1 << 30)),
+        shared=shared,
+        checks_dir=None if quick else checks_dir,
+        dcgm=not quick,
+        dcgm_every_s=dcgm_every_s,
+        dcgm_record=dcgm_record,
+        gpu_devices=gpu_devices,
+        system_disks=system_disks,
+    )
 
 
 def run(config: HealthConfig | None = None, *, node: str | None = None) -> HealthReport:

@@ -39,6 +39,7 @@ from hyperscope.cluster.operate import AGENT_LOCK_FD_ENV, NodeOperator, Outcome,
 from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError, parse_show_node
 from hyperscope.cluster.spec import RecoverySettings, load_spec
 from hyperscope.cluster.state import (
+    BACKUP_CTLD,
     ClusterError,
     ClusterState,
     Proc,
@@ -225,10 +226,10 @@ class Agent:
         return actions
 
     def supervise(self, state: ClusterState) -> list[Action]:
-        """The watchdog of the controller's daemons: munged or slurmctld gone is started again
-        (slurmctld recovers its jobs from its saved state), so a killed slurmctld does not leave
-        the cluster unable to schedule or to finish its jobs."""
-        dead = [p for p in state.procs if p.role in ("munged", "slurmctld") and not alive(p)]
+        """The watchdog of the controller's daemons: munged, slurmctld or the backup slurmctld gone
+        is started again (slurmctld recovers its jobs from its saved state), so a killed slurmctld
+        does not leave the cluster unable to schedule or to finish its jobs."""
+        dead = [p for p in state.procs if p.role in ("munged", "slurmctld", BACKUP_CTLD) and not alive(p)]
         if not dead or state.provider != "local":
             return []
         dead.sort(key=lambda p: p.role != "munged")

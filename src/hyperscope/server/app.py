@@ -40,6 +40,7 @@ from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server import auth, params, static, timeline
+from hyperscope.server import cluster as cluster_api
 from hyperscope.server import compare as compare_api
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
@@ -98,6 +99,7 @@ def create_app(
     max_rows: int = 100_000,
     static_dir: Path = static.STATIC_DIR,
     prewarm: int = 0,
+    observe_cluster: Callable[[Path, str], Any] | None = None,
 ) -> FastAPI:
     """The API and the front end over the store at ``home`` (created when missing).
 
@@ -106,7 +108,8 @@ def create_app(
     (tests point it elsewhere). ``prewarm``: at start, compute in the background the filters,
     default dashboard and (where its index is stored) timeline rows of that many newest finished
     profiles, since the first look at a large profile is the one slow answer (seconds at 10M
-    events) and is usually the newest job's.
+    events) and is usually the newest job's. ``observe_cluster``: how the Cluster page's routes
+    look at a cluster (default :func:`hyperscope.cluster.fleet.observe`; tests pass recorded ones).
     """
     # absolute: the catalog is opened read-only through a file: URI, which a relative path has not
     home = Path(home).expanduser().resolve()
@@ -324,6 +327,7 @@ def create_app(
 
     app.include_router(timeline.router(open_profile, limits, cache))
     app.include_router(compare_api.router(open_profile, limits, cache, _ERRORS))
+    app.include_router(cluster_api.router(home, _ERRORS, *([observe_cluster] if observe_cluster else [])))
     static.install(app, static_dir)
     return app
 

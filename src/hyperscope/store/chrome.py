@@ -140,12 +140,14 @@ def _events(con: Any, rank: int, offset_ns: int) -> Iterator[bytes]:
             if flow_id is not None:
                 event["id"] = flow_id
             args_text = cols["args"][i]
-            if args_text is not None:
-                args = orjson.loads(args_text)
-                for key, values in hot_cols:
-                    value = values[i]
-                    if value is not None:
-                        args[key] = value
+            # the typed columns (stream, correlation, device...) even where no other arg was kept:
+            # a profile written by hyperscope itself (a capture, a generated one) has none
+            args = orjson.loads(args_text) if args_text is not None else {}
+            for key, values in hot_cols:
+                value = values[i]
+                if value is not None:
+                    args[key] = value
+            if args or args_text is not None:
                 event["args"] = args
             extra = cols["extra"][i]
             if extra is not None:

@@ -1,0 +1,178 @@
+"""``cluster update`` and ``update-software`` (issue 14, item 7): the plan as data, then a live local
+cluster (real slurmctld and slurmds) grown, shrunk and updated while a job runs on it."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hyperscope.cli.main import app
+from hyperscope.cluster.slurm import Slurm
+from hyperscope.cluster.spec import load_spec
+from hyperscope.cluster.state import ClusterState, NodeState, alive
+from hyperscope.cluster.update import plan_update
+from tests.cluster.conftest import EXAMPLE_LIFECYCLE
+
+
+def _state(nodes: list[tuple[str, str, bool]]) -> ClusterState:
+    state = ClusterState(
+        name="u", provider="local", status="InService", dir="/nonexistent", spec_path="", spec_digest="",
+        slurm_conf="", shared_dir="/s", controller="controller-1", partition="dev", ctld_port=1,
+    )  # fmt: skip
+    state.nodes = [NodeState("controller-1", "controller", "controller", False, False)]
+    state.nodes += [NodeState(n, g, "worker", spare, True) for g, n, spare in nodes]
+    return state
+
+
+def _spec(tmp_path: Path, groups: list[dict[str, Any]], name: str = "u") -> Any:
+    d = tmp_path / "spec"
+    if not (d / "lifecycle").is_dir():
+        shutil.copytree(EXAMPLE_LIFECYCLE, d / "lifecycle")
+    doc = {
+        "name": name,
+        "provider": "local",
+        "lifecycle_scripts": "lifecycle",
+        "shared_dir": "/s" if name == "u" else str(tmp_path / "shared"),
+        "instance_groups": [{"name": "controller", "role": "controller", "count": 1}, *groups],
+    }
+    (d / "cluster.yaml").write_text(yaml.safe_dump(doc))
+    return load_spec(d / "cluster.yaml")
+
+
+def test_the_plan_promotes_spares_first_removes_idle_nodes_first_and_refuses_what_cannot_change(
+    tmp_path: Path,
+) -> None:
+    # workers-3 had replaced workers-2, which is now the spare
+    state = _state(
+        [("workers", "workers-1", False), ("workers", "workers-3", False), ("workers", "workers-2", True)]
+    )
+    old = _spec(tmp_path, [{"name": "workers", "role": "worker", "count": 2, "spares": 1}])
+    grow = _spec(tmp_path, [{"name": "workers", "role": "worker", "count": 3, "spares": 1}])
+    plan = plan_update(state, old, grow, busy=set())
+    assert (plan.promote, plan.add, plan.remove, plan.refused) == (
+        ("workers-2",), (("workers", "workers-4", True),), (), ()
+    )  # fmt: skip
+    shrink = _spec(tmp_path, [{"name": "workers", "role": "worker", "count": 1}])
+    plan = plan_update(state, old, shrink, busy={"workers-3"})  # the busy one stays
+    assert plan.remove == ("workers-1", "workers-2") and not plan.add
+    gpus = _spec(
+        tmp_path, [{"name": "workers", "role": "worker", "count": 2, "spares": 1, "gpus_per_node": 2}]
+    )
+    assert plan_update(state, old, gpus, busy=set()).refused == (
+        "instance_groups.workers: its role and gpus_per_node stay as created",
+    )
+
+
+def _write(d: Path, doc: dict[str, Any]) -> Path:
+    (d / "cluster.yaml").write_text(yaml.safe_dump(doc))
+    return d / "cluster.yaml"
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("needs_slurm")
+def test_a_live_cluster_grows_shrinks_and_updates_its_software_while_a_job_runs(tmp_path: Path) -> None:
+    home, d = tmp_path / "home", tmp_path / "spec"
+    shutil.copytree(EXAMPLE_LIFECYCLE, d / "lifecycle")
+    (d / "lifecycle" / "on_update.sh").write_text(
+        '#!/bin/bash\necho "v2" > "$HYPERSCOPE_SHARED_DIR/updated-$HYPERSCOPE_NODE-$HYPERSCOPE_UPDATE"\n'
+    )
+    workers: dict[str, Any] = {"name": "workers", "role": "worker", "count": 2, "spares": 1}
+    doc: dict[str, Any] = {
+        "name": "up", "provider": "local", "lifecycle_scripts": "lifecycle",
+        "shared_dir": str(tmp_path / "shared"),
+        "instance_groups": [{"name": "controller", "role": "controller", "count": 1}, workers],
+    }  # fmt: skip
+    runner = CliRunner()
+    spec = _write(d, doc)
+    try:
+        made = runner.invoke(app, ["cluster", "create", "-f", str(spec), "--home", str(home)])
+        assert made.exit_code == 0, made.output
+        state = ClusterState.load(home / "clusters" / "up")
+        slurm = Slurm(Path(state.slurm_conf))
+        started = tmp_path / "started"
+        job = int(
+            slurm.run(
+                "sbatch", "--parsable", "-N1", "-o", str(started), "--wrap", "echo up; sleep 300"
+            ).stdout
+        )
+        # running in the script, past its prolog (the health check, seconds under load)
+        _until(lambda: started.is_file() and started.read_text() == "up\n")
+        assert _job(slurm, job) == ("RUNNING", "workers-1")
+
+        # grow: the spare joins the partition, a new spare and a new group are made
+        workers.update(count=3, spares=1)
+        doc["instance_groups"].append({"name": "big", "role": "worker", "count": 1})
+        grown = runner.invoke(app, ["cluster", "update", "-f", str(_write(d, doc)), "--home", str(home)])
+        assert grown.exit_code == 0, grown.output
+        assert "add workers-4, big-1; move spare(s) workers-3 into the partition" in grown.output
+        nodes = {n.name: (n.state, n.partitions) for n in slurm.nodes()}
+        assert nodes == {
+            **{f"workers-{i}": ("IDLE", ("dev",)) for i in (2, 3)}, "workers-1": ("MIXED", ("dev",)),
+            "big-1": ("IDLE", ("dev",)), "workers-4": ("IDLE", ()),
+        }  # fmt: skip
+        assert _job(slurm, job) == ("RUNNING", "workers-1")
+        out = slurm.run("srun", "-N4", "-p", "dev", "bash", "-c", "echo $SLURMD_NODENAME").stdout
+        assert sorted(out.split()) == ["big-1", "workers-1", "workers-2", "workers-3"]
+
+        # shrink: the idle go; the job's node stays; a removed node's job is waited for, and a
+        # wait that runs out says which job holds it and leaves the node drained (the operator's)
+        big = int(
+            slurm.run("sbatch", "--parsable", "-w", "big-1", "-o", "/dev/null", "--wrap", "sleep 300").stdout
+        )
+        _until(lambda: _job(slurm, big) == ("RUNNING", "big-1"))
+        before = ClusterState.load(Path(state.dir)).procs
+        workers.update(count=1, spares=0)
+        doc["instance_groups"].pop()
+        argv = ["cluster", "update", "-f", str(_write(d, doc)), "--home", str(home)]
+        held = runner.invoke(app, [*argv, "--drain-timeout", "2"])
+        assert held.exit_code != 0 and f"jobs still run after 2 s (big-1: job {big})" in held.output
+        assert {n.name: n.reason for n in slurm.nodes()}["big-1"] == "Removed by cluster update"
+        assert ClusterState.load(Path(state.dir)).status == "InService"
+        slurm.run("scancel", str(big))
+        shrunk = runner.invoke(app, argv)
+        assert shrunk.exit_code == 0, shrunk.output
+        assert [n.name for n in slurm.nodes()] == ["workers-1"]
+        assert _job(slurm, job) == ("RUNNING", "workers-1")
+        assert not any(alive(p) for p in before if p.role == "slurmd" and p.node != "workers-1")
+        after = ClusterState.load(Path(state.dir))
+        assert after.status == "InService" and [n.name for n in after.nodes] == ["controller-1", "workers-1"]
+        assert any(p.role == "agent" and alive(p) for p in after.procs)  # started again
+
+        # a change an update cannot make is refused, naming it
+        workers["gpus_per_node"] = 2
+        refused = runner.invoke(app, ["cluster", "update", "-f", str(_write(d, doc)), "--home", str(home)])
+        assert refused.exit_code != 0 and "its role and gpus_per_node stay as created" in refused.output
+        workers.pop("gpus_per_node")
+        _write(d, doc)
+
+        # software: the job's node waits for its job (cut short here), then is updated and resumed
+        slurm.run("scancel", str(job))
+        sw = runner.invoke(app, ["cluster", "update-software", "up", "--home", str(home)])
+        assert sw.exit_code == 0, sw.output
+        assert "updated 2 node(s) of up" in sw.output
+        shared = tmp_path / "shared"
+        assert sorted(p.name for p in shared.glob("updated-*")) == [
+            "updated-controller-1-1",
+            "updated-workers-1-1",
+        ]
+        _until(lambda: [(n.state, n.flags) for n in slurm.nodes()] == [("IDLE", ())])
+    finally:
+        runner.invoke(app, ["cluster", "delete", "up", "--home", str(home)])
+
+
+def _job(slurm: Slurm, job: int) -> tuple[str, str] | None:
+    j = {x.id: x for x in slurm.jobs()}.get(job)
+    return None if j is None else (j.state, j.nodes)
+
+
+def _until(ready: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
