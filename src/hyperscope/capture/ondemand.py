@@ -207,8 +207,8 @@ class Watcher:
             req = rq.Request.from_json(path.read_text())
         except (OSError, ValueError, TypeError, KeyError):
             return None  # half-replaced on a filesystem without atomic rename: look again
-        if not req.wants(self.ctx.rank):
-            return stamp
+        if not req.wants(self.ctx.rank) or time.time_ns() - req.created_ns > rq.REQUEST_TTL_S * 1e9:
+            return stamp  # not for this rank; or left behind by an asker that died, for a process before
         if req.phase == "ask":
             self._asked = True
             if self._capturing():

@@ -30,6 +30,8 @@ REQUESTS_DIR: Final = "requests"
 STALE_S: Final = 10.0
 #: how often a rank looks for a request when none is pending, and while one is
 IDLE_POLL_S: Final = 1.0
+#: a request older than this is ignored (an asker killed before it could remove it)
+REQUEST_TTL_S: Final = 600.0
 BUSY_POLL_S: Final = 0.05
 
 #: the answers a rank gives, in the order they come
