@@ -42,6 +42,9 @@ def test_ranks_that_do_not_step_together_each_get_their_own_start() -> None:
     now = 100 * S
     together = [_answer(0, 50, now, S // 10), _answer(1, 49, now, S // 10)]
     assert rq.plan_starts(together, now, lead_s=1.0) == (61, {})  # one step for both
+    # in lockstep, answered 0.8 s apart at 100 steps/s: 80 steps apart, one start all the same
+    late = [_answer(0, 100, now - 8 * S // 10, S // 100), _answer(1, 180, now, S // 95)]
+    assert rq.in_lockstep(late) and rq.plan_starts(late, now, lead_s=2.0)[1] == {}
     apart = [_answer(0, 400, now, S // 10), _answer(1, 150, now, S // 4)]  # a straggler, far behind
     assert rq.plan_starts(apart, now, lead_s=1.0) == (-1, {0: 411, 1: 155})
     go = rq.Request(id="x", phase="go", ranks=None, steps=3, cpu_ops=False, job="j", home="", created_ns=0,

@@ -186,20 +186,31 @@ def plan_start(answers: Sequence[Answer], now_ns: int, lead_s: float) -> int:
     return max(math.floor(furthest) + 1, max(a.step for a in answers) + 2)
 
 
-#: ranks whose planned starts are further apart than this do not step together: each gets its own
+#: ranks further apart than this (beyond what their answers' times explain) do not step together
 LOCKSTEP_SPREAD: Final = 3
 
 
+def in_lockstep(answers: Sequence[Answer]) -> bool:
+    """Whether the ranks step together: any two are at most ``LOCKSTEP_SPREAD`` steps apart, plus
+    the steps the fastest of them makes between their two answers (they answer at different
+    moments). Ranks that drifted apart over a run (independent replicas, a straggler that does
+    not hold the others back) are far beyond that."""
+    fastest = min((a.step_ns for a in answers if a.step_ns > 0), default=0)
+    for a in answers:
+        for b in answers:
+            moved = abs(a.ts_ns - b.ts_ns) / fastest if fastest else 0.0
+            if abs(a.step - b.step) > LOCKSTEP_SPREAD + moved:
+                return False
+    return True
+
+
 def plan_starts(answers: Sequence[Answer], now_ns: int, lead_s: float) -> tuple[int, dict[int, int]]:
-    """The common start step of ranks that step together, and no per-rank ones; or, for ranks
-    whose positions are more than ``LOCKSTEP_SPREAD`` steps apart (independent replicas, a
-    straggler that does not hold the others back), -1 and each rank's own start, so that they
-    all start about ``lead_s`` from now instead of the fast ones waiting for the slow ones' step
-    number."""
-    own = {a.rank: plan_start([a], now_ns, lead_s) for a in answers}
-    if max(own.values()) - min(own.values()) <= LOCKSTEP_SPREAD:
+    """The common start step of ranks that step together (``in_lockstep``), and no per-rank ones;
+    or, for ranks that do not, -1 and each rank's own start, so that they all start about
+    ``lead_s`` from now instead of the fast ones waiting for the slow ones' step number."""
+    if in_lockstep(answers):
         return plan_start(answers, now_ns, lead_s), {}
-    return -1, own
+    return -1, {a.rank: plan_start([a], now_ns, lead_s) for a in answers}
 
 
 def steps_for_duration(answers: Iterable[Answer], duration_s: float) -> int:
