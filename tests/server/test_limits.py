@@ -3,6 +3,7 @@ answers 413; either way the server goes on answering."""
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,14 @@ def test_interrupted_query_stops_inside_duckdb(home: Home) -> None:
             seen.append(exc)
             raise
 
-    with pytest.raises(QueryTimeout):
-        QueryLimits(timeout_s=0.5).run(profile, endless, "endless")
+    # The limit is reached once the query runs inside DuckDB, however long a loaded machine takes
+    # to open the connection (a wall-clock 0.5 s was spent before the query started at load 20+).
+    def limit_reached_once_started(done: threading.Event, left_s: float, what: str) -> bool:
+        assert started.wait(120), "the query never started"
+        return done.is_set()
+
+    with pytest.raises(QueryTimeout, match=re.escape("took longer than the server's 0.5 s query limit")):
+        QueryLimits(timeout_s=0.5, wait=limit_reached_once_started).run(profile, endless, "endless")
     for thread in query_threads():
         thread.join(timeout=60)
         assert not thread.is_alive()
@@ -85,29 +92,46 @@ def test_limits_must_be_positive() -> None:
 
 def test_busy_slots_count_in_the_time_limit(home: Home) -> None:
     profile = Profile.open(profile_dir(home.path, home.big))
-    limits = QueryLimits(timeout_s=0.5, concurrent=1)
     release = threading.Event()
     holding = threading.Event()
 
+    def wait(done: threading.Event, left_s: float, what: str) -> bool:
+        if what == "holder":  # its request gives up once its work holds the slot, whatever the load
+            assert holding.wait(120), "the holder's work never started"
+            return done.is_set()
+        return done.wait(120)  # the others: only their wait for the slot is timed (0.5 s, for real)
+
+    limits = QueryLimits(timeout_s=0.5, concurrent=1, wait=wait)
+    holder_timed_out: list[QueryTimeout] = []
+
     def hold(con: object) -> int:
         holding.set()
-        release.wait(60)
+        release.wait(120)
         return 1
 
     def holder() -> None:
         # its request times out too, but its worker keeps the slot until it has really stopped
-        with pytest.raises(QueryTimeout):
+        try:
             limits.run(profile, hold, "holder")
+        except QueryTimeout as exc:
+            holder_timed_out.append(exc)
 
     first = threading.Thread(target=holder)
     first.start()
-    assert holding.wait(60)
+    assert holding.wait(120)
     try:
-        with pytest.raises(QueryTimeout, match="analysis slots"):
+        first.join(120)
+        assert holder_timed_out and "query limit" in str(holder_timed_out[0])
+        with pytest.raises(
+            QueryTimeout, match=re.escape("waited 0.5 s for one of the server's 1 analysis slots")
+        ):
             limits.run(profile, lambda con: 2, "second")
     finally:
         release.set()
-        first.join(60)
+        first.join(120)
+    for thread in query_threads():  # the holder's worker gives the slot back as it ends
+        thread.join(timeout=120)
+        assert not thread.is_alive()
     assert limits.run(profile, lambda con: 3, "third") == 3  # the slot was given back
 
 
@@ -140,7 +164,15 @@ def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest
         return real(source)
 
     monkeypatch.setattr(limits_module, "connection", counting)
-    limits = QueryLimits(timeout_s=0.5)
+    started = threading.Event()
+
+    def wait(done: threading.Event, left_s: float, what: str) -> bool:
+        if what == "endless":  # the limit is reached once its query runs inside DuckDB
+            assert started.wait(120), "the query never started"
+            return done.is_set()
+        return done.wait(120)  # the others finish, however slowly a loaded machine opens DuckDB
+
+    limits = QueryLimits(timeout_s=0.5, wait=wait)
     assert limits.run(profile, lambda con: 41 + 1, "no query", lazy=True) == 42
     assert opened == []
     assert limits.run(profile, lambda con: con.execute("SELECT 7").fetchall()[0][0], "one", lazy=True) == 7
@@ -150,6 +182,8 @@ def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest
     def endless(con: Any) -> int:
         try:
             query = "SELECT count(*) FROM range(10000000000) a, range(1000) b"
+            con.execute("SELECT 1")  # the connection opens (and can be interrupted) at first use
+            started.set()
             return int(con.execute(query).fetchall()[0][0])
         except BaseException as exc:
             seen.append(exc)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hyperscope.server.serve import Address
+from hyperscope.server.serve import Address, bind, bound_malloc
 from tests.server.conftest import Home
 
 URL = re.compile(r"hyperscope UI on (https?://\S+/)")
@@ -136,6 +137,27 @@ def test_addresses() -> None:
     assert Address("0.0.0.0", 8321, None).base_url == "http://127.0.0.1:8321/"
     assert Address("::1", 80, "t").open_url == "http://[::1]:80/?token=t"
     assert Address("10.1.2.3", 9, "t").open_url == "http://10.1.2.3:9/?token=t"
+
+
+def test_answers_are_not_held_back_by_nagle() -> None:
+    """Accepted sockets have TCP_NODELAY and say they are TCP (asyncio sets it only then): each
+    answer is two writes, headers and body, and with Nagle on the body waited ~40 ms for the
+    client's delayed ACK (every request of bench/soak.py)."""
+    listener = bind("127.0.0.1", 0)
+    try:
+        client = socket.create_connection(listener.getsockname()[:2], timeout=30)
+        accepted, _ = listener.accept()
+        with client, accepted:
+            assert accepted.proto == socket.IPPROTO_TCP
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        listener.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_server_bounds_mallocs_arenas() -> None:
+    """glibc accepts both settings (mallopt answers 0 for a parameter it does not know)."""
+    assert bound_malloc() is True
 
 
 def test_port_in_use_is_an_error_not_a_traceback(home: Home) -> None:

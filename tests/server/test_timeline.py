@@ -85,6 +85,11 @@ def test_tile_of_a_generated_profile_is_bounded(client: TestClient, home: Home) 
     assert r.status_code == 200 and len(r.content) <= 2_000_000
     header, _ = tl.decode(r.content)
     assert header["events"] + header["bins"] > 0
+    # compressed by the tile's worker (the client asked for gzip), and the same tile when not asked
+    assert r.headers["content-encoding"] == "gzip" and r.headers["vary"] == "Accept-Encoding"
+    assert int(r.headers["content-length"]) < len(r.content) / 2
+    plain = client.get(r.url, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == r.content
 
 
 @pytest.mark.parametrize(

@@ -243,3 +243,24 @@ def test_deep_rows_long_events_and_large_ids_widen_their_columns(tmp_path: Any) 
     for t0, t1, width in ((lo, hi, 800), (lo, lo + 200_000, 1000), (lo + 5_000_000_000, hi, 300)):
         check_tile(index, truth, ["host/0/1000/555", *sorted(truth)[:3]], t0, t1, width)
     assert tl.links(index, 0, 1 << 40)[0]["name"] == "launch"
+
+
+def test_indexes_kept_in_memory_are_bounded(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Indexes built in memory (a store that cannot be written) are dropped least recently used
+    first past the memory budget; stored ones, memory-mapped, count nothing against it."""
+    from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
+    from hyperscope.timeline import index as index_module
+
+    spec = GroundTruthSpec(ranks=2, steps=4, kernels_per_step=5)
+    stored, first, second = (write_profile(tmp_path / name, spec) for name in ("stored", "first", "second"))
+    kept = tl.load(stored)  # written beside its profile and read back mapped
+    assert index_module._mapped(kept)
+    monkeypatch.setattr(index_module, "_build_into", lambda *args, **kwargs: None)  # cannot be written
+    a = tl.load(first)
+    assert not index_module._mapped(a) and tl.index.ready(first)
+    monkeypatch.setattr(index_module, "CACHE_MEMORY_BYTES", a.nbytes + a.nbytes // 2)
+    b = tl.load(second)
+    assert tl.index.ready(second) and not tl.index.ready(first)  # over the budget: the older went
+    assert tl.index.ready(stored) and tl.load(stored) is kept  # its pages are the OS's, not counted
+    assert np.array_equal(np.asarray(tl.load(first).ts), np.asarray(a.ts))  # built again when asked
+    assert b.nbytes > 0

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
-from collections.abc import Awaitable, Callable
 from typing import Final
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 COOKIE: Final = "hyperscope_token"
 QUERY_PARAM: Final = "token"
@@ -77,21 +77,40 @@ def install(app: FastAPI, token: str | None) -> None:
     ``Host`` is not a loopback name: otherwise a web page the user visits could point its own
     domain at 127.0.0.1 (DNS rebinding) and read the profiles through the user's browser.
     """
-    if token is None:
+    app.add_middleware(Guard, token=token)
 
-        @app.middleware("http")
-        async def check_host(
-            request: Request, call_next: Callable[[Request], Awaitable[Response]]
-        ) -> Response:
-            host = host_name(request.headers.get("host", ""))
-            if not is_loopback(host):
-                return JSONResponse({"detail": _FOREIGN_HOST.format(host=host[:100])}, status_code=400)
-            return await call_next(request)
 
-        return
+class Guard:
+    """The check of ``install`` as a plain ASGI middleware: Starlette's ``@app.middleware("http")``
+    runs each answer through a task group and memory streams of its own, which cost more server
+    time than a cached dashboard's look-up (bench/soak.py)."""
 
-    @app.middleware("http")
-    async def check_token(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refusal = (
+            self._host_refusal(request) if self.token is None else self._token_refusal(request, self.token)
+        )
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _host_refusal(request: Request) -> Response | None:
+        host = host_name(request.headers.get("host", ""))
+        if not is_loopback(host):
+            return JSONResponse({"detail": _FOREIGN_HOST.format(host=host[:100])}, status_code=400)
+        return None
+
+    @staticmethod
+    def _token_refusal(request: Request, token: str) -> Response | None:
         given = request.query_params.get(QUERY_PARAM)
         if given is not None:
             if not _matches(given, token):
@@ -116,4 +135,4 @@ def install(app: FastAPI, token: str | None) -> None:
             return _unauthorized(_MISSING)
         if not (_matches(bearer, token) or _matches(cookie, token)):
             return _unauthorized(_WRONG)
-        return await call_next(request)
+        return None

@@ -6,7 +6,10 @@ with the port the system actually chose before the first request arrives.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import socket
+import sys
 import threading
 import time
 import webbrowser
@@ -22,6 +25,11 @@ from hyperscope.server.auth import is_loopback, new_token
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8321
+#: glibc's mallopt parameters: at most this many malloc arenas; blocks from this size mapped alone
+_M_ARENA_MAX: Final = -8
+_M_MMAP_THRESHOLD: Final = -3
+MALLOC_ARENAS: Final = 2
+MMAP_THRESHOLD_BYTES: Final = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +52,37 @@ class Address:
         return self.base_url + (f"?token={self.token}" if self.token else "")
 
 
+def bound_malloc() -> bool:
+    """Keep the server's memory from creeping up with its threads (glibc only; False elsewhere).
+
+    Every request runs on a worker thread (and DuckDB has threads of its own), and glibc gives each
+    thread that allocates an arena of its own, up to 8 per core, keeping what is freed in each; it
+    also raises its threshold for mapping a large block alone each time one is freed, so a tile's
+    arrays (hundreds of KB) end up in those arenas too. Two arenas and a fixed threshold: a large
+    block goes back to the system when it is freed.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and others: their own allocator, no mallopt
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_ARENA_MAX, MALLOC_ARENAS)) and bool(
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    )
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (0: any free port), IPv6 when the host is one."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, and TCP_NODELAY set here (accepted sockets inherit it): asyncio turns Nagle
+    # off only on sockets whose protocol says TCP, and a socket made with protocol 0 kept it on, so
+    # every answer (its headers and body are two writes) waited ~40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -82,6 +116,7 @@ def serve(
     TLS reverse proxy on this machine, the proxy's ``X-Forwarded-Proto: https`` does the same.
     """
     say = announce or (lambda line: print(line, flush=True))
+    bound_malloc()  # before the server's threads start
     if token is None and not is_loopback(host):
         token = new_token()
     app = create_app(home, token=token, query_timeout_s=query_timeout_s, max_rows=max_rows, prewarm=prewarm)

@@ -12,13 +12,14 @@ another type, or running script from anywhere but the bundle (``SECURITY_HEADERS
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
 
@@ -56,15 +57,31 @@ SECURITY_HEADERS: Final = {
 
 def install_headers(app: FastAPI) -> None:
     """``SECURITY_HEADERS`` and a Content-Security-Policy on every answer (errors included)."""
+    app.add_middleware(SecurityHeaders)
 
-    @app.middleware("http")
-    async def headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
-        for name, value in SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-        docs = request.url.path.startswith("/api/docs")
-        response.headers.setdefault("Content-Security-Policy", DOCS_CSP if docs else CSP)
-        return response
+
+class SecurityHeaders:
+    """The headers of ``install_headers``, added to each answer's start as it is sent (a plain ASGI
+    middleware: no task group or memory streams per request, see ``auth.Guard``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        csp = DOCS_CSP if str(scope.get("path", "")).startswith("/api/docs") else CSP
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers.setdefault(name, value)
+                headers.setdefault("Content-Security-Policy", csp)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _served(entry: Path, directory: Path) -> bool:

@@ -42,6 +42,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,7 +189,14 @@ class Index:
         return sum(int(getattr(self, c).nbytes) for c in COLUMNS)
 
 
-_CACHE: dict[Path, Index] = {}
+#: indexes kept in this process, least recently used first, with the bytes each holds in memory:
+#: one read from disk is memory-mapped (its pages are the OS's file cache: 0 counted), one built
+#: in memory (a read-only store) holds all its arrays, ~32 bytes an event. A server looking through
+#: many profiles of a read-only store would otherwise keep every one it ever drew.
+_CACHE: OrderedDict[Path, tuple[Index, int]] = OrderedDict()
+#: at most this many indexes kept, and this many bytes of those built in memory
+CACHE_ENTRIES: Final = 32
+CACHE_MEMORY_BYTES: Final = 1 << 30
 _LOCK = threading.Lock()
 _LOCKS: dict[Path, threading.Lock] = {}
 
@@ -220,14 +228,43 @@ def load(profile: Profile, progress: Callable[[float], None] | None = None) -> I
     ``progress`` hears how far a build has got (0 to 1)."""
     where = index_dir(profile)
     with _lock(where):
-        found = _CACHE.get(where)
+        found = _cached(where)
         if found is not None:
             return found
         index = _read(where)
+        resident = 0
         if index is None:
             index = _build_and_store(profile, where, progress)
-        _CACHE[where] = index
+            resident = 0 if _mapped(index) else index.nbytes
+        _keep(where, index, resident)
         return index
+
+
+def _cached(where: Path) -> Index | None:
+    with _LOCK:
+        found = _CACHE.get(where)
+        if found is None:
+            return None
+        _CACHE.move_to_end(where)
+        return found[0]
+
+
+def _mapped(index: Index) -> bool:
+    """Whether the arrays are views of the stored files (``_read``), not arrays of their own."""
+    return isinstance(index.ts.base, np.memmap)
+
+
+def _keep(where: Path, index: Index, resident: int) -> None:
+    """Keep ``index``; drop the least recently used ones past ``CACHE_ENTRIES`` or, of those built in
+    memory, past ``CACHE_MEMORY_BYTES`` (the newest is kept whatever its size: it is in use)."""
+    with _LOCK:
+        _CACHE[where] = (index, resident)
+        _CACHE.move_to_end(where)
+        while len(_CACHE) > CACHE_ENTRIES:
+            _CACHE.popitem(last=False)
+        older = [w for w, (_, r) in _CACHE.items() if r and w != where]
+        while older and sum(r for _, r in _CACHE.values()) > CACHE_MEMORY_BYTES:
+            del _CACHE[older.pop(0)]
 
 
 def ready(profile: Profile) -> bool:
