@@ -47,10 +47,28 @@ def test_one_live_rank_keeps_the_job_alive(tmp_path: Path) -> None:
     assert set(heartbeat.hung_jobs(tmp_path, timeout_s=60)) == {"6"}
 
 
-def test_without_a_directory_nothing_is_written(tmp_path: Path) -> None:
+def test_without_a_directory_no_heartbeat_is_written(tmp_path: Path) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("HYPERSCOPE_")}
     _run(3, {**base, "HOME": str(tmp_path)})
-    assert list(tmp_path.iterdir()) == []
+    # only the on-demand capture's presence folder (capture.ondemand), emptied at exit
+    assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))] == [
+        ".hyperscope",
+        ".hyperscope/control",
+        ".hyperscope/control/live",
+    ]
+    _run(3, {**base, "HOME": str(tmp_path / "off"), "HYPERSCOPE_CAPTURE_WATCH": "0"})
+    assert not (tmp_path / "off").exists()
+
+
+def test_a_beat_carries_the_mean_step_time_and_the_node(tmp_path: Path) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("HYPERSCOPE_", "SLURM_"))}
+    env = {**base, heartbeat.DIR_ENV: str(tmp_path), "SLURM_JOB_ID": "8", "SLURMD_NODENAME": "n7"}
+    _run(30, env)  # 30 steps of >= 50 ms: at least one write after a second of steps
+    (beat,) = heartbeat.job_beats(tmp_path, "8", 1)
+    assert beat.node == "n7" and beat.rank == 0
+    assert 50e6 <= beat.step_ns < 1e9  # each step sleeps 50 ms
+    old = heartbeat.parse(3, "12 1700000000000000000\n")  # a file of an older version
+    assert (old.step, old.step_ns, old.node) == (12, 0, "")
 
 
 def test_a_checkpoint_save_is_a_heartbeat(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from hyperscope.capture import ondemand
 from hyperscope.capture.config import ENV_AUTOSTART, ProfilerConfig
 from hyperscope.capture.session import Session
 from hyperscope.recovery import heartbeat
@@ -140,10 +141,38 @@ def step() -> None:
 
     Call it outside any ``torch.profiler.record_function`` block: a step may restart PyTorch's
     profiler, and a record_function still open across that restart ends in freed memory.
+
+    It is also where ``hyperscope capture`` reaches a running job: one counter and one attribute
+    test here (the request itself is looked for on a thread of its own, ``capture.ondemand``).
     """
-    global _manual_steps
     if heartbeat._default is not None:  # progress for the agent's hang detection
         heartbeat._default.beat()
+    watch = ondemand.watcher
+    watch.steps += 1
+    if watch.armed is not None or not _manual_steps:  # the first step, or a capture begins
+        _first_or_armed_step(watch)
+        return
+    session = _session
+    if session is None or session.finished:
+        return
+    try:
+        session.step()
+    except Exception as exc:
+        _give_up(session, exc)
+
+
+def _first_or_armed_step(watch: ondemand.Watcher) -> None:
+    """step() off its common path: the script's first mark, or the step() where the watcher
+    starts its thread or an on-demand capture (after the step's own end is recorded)."""
+    if not _step():
+        watch.steps -= 1  # it only moved the end of the step the optimizer counted already
+    if watch.armed is not None:
+        watch.service()
+
+
+def _step() -> bool:
+    """False where this step() only moves the end of a step the optimizer already counted."""
+    global _manual_steps
     if not _manual_steps:
         _manual_steps = True
         if _auto_steps:
@@ -155,21 +184,31 @@ def step() -> None:
                     session.retime_step()
                 except Exception as exc:
                     _give_up(session, exc)
-            return
+            return False
     session = _session
     if session is None or session.finished:
-        return
+        return True
     try:
         session.step()
     except Exception as exc:
         _give_up(session, exc)
+    return True
 
 
 def optimizer_step() -> None:
     """A step seen by the launcher's optimizer hook; ignored once the script marks its own steps."""
+    if not _manual_steps:
+        if heartbeat._default is not None:
+            heartbeat._default.beat()
+        _optimizer_step()
+        watch = ondemand.watcher
+        watch.steps += 1
+        if watch.armed is not None:
+            watch.service()
+
+
+def _optimizer_step() -> None:
     global _auto_steps
-    if heartbeat._default is not None and not _manual_steps:
-        heartbeat._default.beat()
     session = _session
     if _manual_steps or session is None or session.finished:
         return

@@ -81,6 +81,10 @@ class Session:
         self._own_events = 0  # rows of hyperscope's own (the start-up mark), not the training's
         self._sampler: Any = None
         self._writer: RankWriter | None = None
+        #: an on-demand capture of some ranks of a run: the profile is complete with these
+        self.ranks_expected: int | None = None
+        #: stop() has returned: the rank's end is in the catalog (``finished`` is set as it begins)
+        self.closed = False
 
     def _identify(self) -> None:
         self.ctx = self._given_ctx or DistContext.detect().refined()
@@ -119,6 +123,7 @@ class Session:
             profile_id=self.profile_id,
             created_ns=self._start_ns,
             settings=settings,
+            ranks_expected=self.ranks_expected,
         )
         meta = RankMeta(
             rank=self.ctx.rank,
@@ -216,6 +221,12 @@ class Session:
         if self.finished:
             return
         self.finished = True
+        try:
+            self._stop(status, message)
+        finally:
+            self.closed = True
+
+    def _stop(self, status: RankStatus, message: str) -> None:
         if self.waiting:  # the process never trained: it is no rank, and leaves nothing behind
             return
         self._commit_held()

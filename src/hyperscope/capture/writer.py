@@ -57,6 +57,9 @@ class CaptureTarget:
     profile_id: str
     created_ns: int
     settings: dict[str, Any]
+    #: the ranks the profile waits for before it is complete (an on-demand capture of some ranks
+    #: of a run); None: the run's world size
+    ranks_expected: int | None = None
 
 
 class RankWriter:
@@ -108,7 +111,11 @@ class RankWriter:
             origin=self.ctx.run_id,
         )
         self._catalog.open_capture(
-            self.target.job, ref, rank=self.ctx.rank, node=self.ctx.node, world_size=self.ctx.world_size
+            self.target.job,
+            ref,
+            rank=self.ctx.rank,
+            node=self.ctx.node,
+            world_size=self.target.ranks_expected or self.ctx.world_size,
         )
         self._thread.start()
 

@@ -23,6 +23,7 @@ def agent_command(
     from hyperscope.cluster.spec import load_spec
     from hyperscope.recovery.agent import Agent
     from hyperscope.recovery.decide import Policy
+    from hyperscope.recovery.stragglers import StragglerPolicy
     from hyperscope.store.store import default_home
 
     root = home.expanduser() if home is not None else default_home()
@@ -38,5 +39,11 @@ def agent_command(
         max_attempts=r.max_attempts,
         max_replacements=r.max_replacements,
         replacement_window_s=float(r.replacement_window_s),
+        stragglers=StragglerPolicy(
+            threshold_pct=float(r.straggler_threshold_pct),
+            steps=r.straggler_steps,
+            action=r.straggler_action,
+            profile_steps=r.straggler_profile_steps,
+        ),
     )
     Agent(root, cluster, policy).run(interval)

@@ -206,28 +206,22 @@ def describe(name: NameArg, home: HomeOption = None) -> None:
 
 @cluster_app.command("list-nodes")
 def list_nodes(name: NameArg, home: HomeOption = None) -> None:
-    """Every node: group, our status, Slurm's state, health, since when, replacements."""
+    """Every node: group, our status, Slurm's state, health, since when, replacements, the agent's
+    last action, and (while the agent finds one) the straggler rank on it with its step times."""
     try:
         rows = manage.list_nodes(name, _home(home))
     except HyperscopeError as exc:
         _fail(exc)
     table = Table("group", "role", "status", "slurm state", "health", "since", "replacements", "last action")
     table.columns.insert(0, Column("node", no_wrap=True))
+    slow = any(r.straggler for r in rows)
+    if slow:  # the column only while the agent finds one
+        table.add_column("straggler")
     for r in rows:
         role = f"{r.role} (spare)" if r.spare else r.role
         style = "red" if r.health.startswith("unhealthy") or r.status == "Failed" else None
-        table.add_row(
-            r.node,
-            r.group,
-            role,
-            r.status,
-            r.slurm_state,
-            r.health,
-            r.since,
-            str(r.replacements),
-            r.last_action,
-            style=style,
-        )
+        cells = [r.node, r.group, role, r.status, r.slurm_state, r.health, r.since, str(r.replacements)]
+        table.add_row(*cells, r.last_action, *([r.straggler] if slow else []), style=style)
     out.print(table)
 
 

@@ -29,6 +29,7 @@ from rich.text import Text
 from hyperscope import __version__
 from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cli.agent import agent_command
+from hyperscope.cli.capture import capture_command
 from hyperscope.cli.cluster import cluster_app, submit
 from hyperscope.cli.diff import diff as diff_command
 from hyperscope.cli.health import health_command
@@ -421,6 +422,7 @@ def _demo_sample(home: Path, job: str, ranks: int, steps: int) -> ImportReport:
 
 
 app.command("profile")(profile_command)
+app.command("capture")(capture_command)
 app.command("report")(report_command)
 app.command("diff")(diff_command)
 app.command("ui")(ui_command)

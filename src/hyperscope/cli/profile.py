@@ -11,6 +11,7 @@ from hyperscope.capture.config import ProfilerConfig, parse_steps
 from hyperscope.capture.launcher import precompute, run
 from hyperscope.cli._options import HomeOption, err
 from hyperscope.errors import HyperscopeError, UsageError
+from hyperscope.store.store import default_home
 
 
 def profile(
@@ -116,7 +117,10 @@ def profile(
     # Asked to stop (Slurm's time limit sends SIGKILL soon after SIGTERM): exit now; the UI
     # computes at its first look what would have been precomputed.
     if ref is not None and ref.events and result.asked_to_stop is None:
-        problem = precompute(Path(str(config.home)), j.name, ref.id)
+        # without --home: the store the launcher used ($HYPERSCOPE_HOME, else ~/.hyperscope), not ./None
+        problem = precompute(
+            Path(config.home).expanduser() if config.home else default_home(), j.name, ref.id
+        )
         if problem:
             err.print(f"hyperscope: {problem}")
     if code:

@@ -172,6 +172,7 @@ class NodeRow:
     since: str  # ISO time of our last status change
     replacements: int
     last_action: str  # the recovery agent's last decision about it, with its reason ("" = none)
+    straggler: str = ""  # a rank on it slower than the others' now, as the agent found ("" = none)
 
 
 def _health(node: Node | None, has_slurmd: bool, running: bool) -> str:
@@ -209,6 +210,7 @@ def list_nodes(name: str, home: Path) -> list[NodeRow]:
                 since=dt.datetime.fromtimestamp(n.since, dt.UTC).isoformat(timespec="seconds"),
                 replacements=n.replacements,
                 last_action=n.last_action,
+                straggler=n.straggler,
             )
         )
     return rows

@@ -74,6 +74,10 @@ class SlurmSettings:
     backup_controller: bool = False
 
 
+#: what the agent does about a straggler (recovery.straggler_action)
+STRAGGLER_ACTIONS = ("notify", "profile", "off")
+
+
 @dataclass(frozen=True, slots=True)
 class RecoverySettings:
     """The resilience of a local cluster (docs/resilience.md): Slurm's health check every
@@ -102,6 +106,12 @@ class RecoverySettings:
     health_checks_dir: Path | None = None
     #: seconds between DCGM diagnostics (``dcgmi diag -r 1``) on a node; not in every check
     dcgm_interval_s: int = 3600
+    #: stragglers (docs/resilience.md): a rank this many % slower than the median of the others
+    #: for ``straggler_steps`` consecutive steps; ``straggler_action`` notify, profile or off
+    straggler_threshold_pct: int = 10
+    straggler_steps: int = 20
+    straggler_action: str = "notify"
+    straggler_profile_steps: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +289,9 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         "max_replacements": (0, 100_000),
         "replacement_window_s": (1, 7 * 86400),
         "dcgm_interval_s": (60, 30 * 86400),
+        "straggler_threshold_pct": (1, 10_000),
+        "straggler_steps": (1, 1_000_000),
+        "straggler_profile_steps": (1, 100_000),
     }
     values: dict[str, Any] = {
         k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
@@ -289,6 +302,11 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         if not isinstance(command, str):
             raise SpecError(src, f"recovery.{k}", "must be a shell command (a string)", command)
         values[k] = command.strip()
+    action = d.get("straggler_action", defaults.straggler_action)
+    if action not in STRAGGLER_ACTIONS:
+        choices = ", ".join(STRAGGLER_ACTIONS)
+        raise SpecError(src, "recovery.straggler_action", f"must be one of {choices}", action)
+    values["straggler_action"] = action
     if d.get("health_checks_dir") is not None:
         checks = _dir(src, "recovery.health_checks_dir", d["health_checks_dir"])
         if not checks.is_dir():

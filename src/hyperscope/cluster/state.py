@@ -69,6 +69,7 @@ class NodeState:
     replacements: int = 0
     host: str = ""  # the ssh provider's: the address hyperscope reaches the node at
     last_action: str = ""  # the agent's last decision about this node, with its reason
+    straggler: str = ""  # a rank on it slower than the others now (the agent's reason); "" = none
 
 
 @dataclass(slots=True)

@@ -61,6 +61,7 @@ from hyperscope.recovery.decide import (
     decide_jobs,
     decide_nodes,
 )
+from hyperscope.recovery.stragglers import Straggler, StragglerTracker
 
 LOG = "agent.log"
 BUSY_INTERVAL_S = 0.2
@@ -134,6 +135,9 @@ class Agent:
     beat_read: dict[str, float] = field(default_factory=dict)
     #: the provider's seam; built from the cluster's state (tests and the bench may set one)
     operator: NodeOperator | None = None
+    #: per-rank slow-step counts (``recovery.stragglers``), and the stragglers named now
+    tracker: StragglerTracker | None = None
+    flagged: dict[tuple[str, int], Straggler] = field(default_factory=dict)
     _cached: tuple[tuple[int, int, int], ClusterState] | None = None
     _recovery: RecoverySettings | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock)
@@ -208,6 +212,7 @@ class Agent:
                 assert self.replaced_at is not None
                 self.replaced_at.append(self.clock())
             self.apply(action)
+        actions += self.watch_stragglers(state, jobs)  # named and acted on there, not above
         self.release_requeued(slurm, jobs)
         self.busy = any(
             j.state == "COMPLETING"
@@ -402,6 +407,12 @@ class Agent:
             self.beat_at.pop(gone, None)
             self.beat_read.pop(gone, None)
         return views
+
+    def watch_stragglers(self, state: ClusterState, jobs: list[Job]) -> list[Action]:
+        """Stragglers named, profiled and cleared (``recovery.straggler_watch``)."""
+        from hyperscope.recovery import straggler_watch
+
+        return straggler_watch.watch(self, state, jobs)
 
     # --- applying ---------------------------------------------------------------------------------
 

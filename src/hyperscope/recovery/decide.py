@@ -30,18 +30,21 @@ which: ``(node,)`` or ``(node, spare)``.
 
 For a job: one whose every rank has been silent past its hang timeout is requeued (auto-resume
 then restarts it from its last checkpoint), at most ``max_attempts`` times; after that it is
-stopped with the reason, so nothing loops.
+stopped with the reason, so nothing loops. A straggler (``recovery.stragglers``) is named on its
+node (``Kind.STRAGGLER``) and, under the ``profile`` policy, its job is captured on demand: the
+slow rank and a median one (``Kind.PROFILE``).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hyperscope.cluster.slurm import operator_reason
 from hyperscope.health.model import Action as Remedy
 from hyperscope.health.model import HealthReport, Status
+from hyperscope.recovery.stragglers import Straggler, StragglerPolicy
 
 
 class Kind(enum.StrEnum):
@@ -54,6 +57,8 @@ class Kind(enum.StrEnum):
     LEAVE = "leave"  # a node an operator took out of service with their own reason
     HOLD = "hold"  # a replacement held back by the rate limit
     RESTART = "restart"  # a cluster daemon (slurmctld, munged) that died
+    STRAGGLER = "straggler"  # a rank slower than the others: named on its node (notify)
+    PROFILE = "profile"  # ... and its job captured on demand: the slow rank beside a median one
 
 
 #: the kinds that change nothing: the agent logs each once per node and reason
@@ -100,6 +105,7 @@ class Policy:
     #: at most this many automatic replacements in any ``replacement_window_s`` seconds
     max_replacements: int = 4
     replacement_window_s: float = 600.0
+    stragglers: StragglerPolicy = field(default_factory=StragglerPolicy)
 
 
 def decide_nodes(
@@ -228,4 +234,21 @@ def decide_jobs(jobs: Sequence[JobView], policy: Policy = Policy()) -> list[Acti
                     job=job.job,
                 )
             )
+    return actions
+
+
+def decide_stragglers(found: Sequence[Straggler], policy: Policy = Policy()) -> list[Action]:
+    """A straggler is named (``notify``); under ``profile`` its job is also captured: the slow
+    rank and the rank whose step time is the median's, in one profile, side by side."""
+    p = policy.stragglers
+    if p.action == "off":
+        return []
+    actions = []
+    for s in found:
+        reason = s.reason(p)
+        actions.append(Action(Kind.STRAGGLER, (s.node,) if s.node else (), reason, job=s.job))
+        if p.action == "profile":
+            ranks = f"ranks {s.rank} and {s.median_rank} (median)"
+            why = f"{reason}: capture of {p.profile_steps} steps of {ranks}"
+            actions.append(Action(Kind.PROFILE, (s.node,) if s.node else (), why, job=s.job))
     return actions

@@ -2,15 +2,18 @@
 
 ``hyperscope.step()`` and every checkpoint save call :func:`beat`. When
 ``HYPERSCOPE_HEARTBEAT_DIR`` is set (``hyperscope submit`` sets it to the cluster's shared
-directory), each rank keeps one small file there, ``<job>.<rank>``, holding its last step number
-and the time, rewritten at most once a second; otherwise a beat costs one attribute test. The agent
-reads the files: a job whose every rank has been silent for longer than its hang timeout is
-treated as failed (a frozen process or node never says so itself).
+directory), each rank keeps one small file there, ``<job>.<rank>``, holding its last step number,
+the time, its mean step time since the file was last written, and its node, rewritten at most once
+a second; otherwise a beat costs one attribute test. The agent reads the files: a job whose every
+rank has been silent for longer than its hang timeout is treated as failed (a frozen process or
+node never says so itself), and a rank whose steps are slower than the others' is a straggler
+(``recovery.stragglers``).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,11 +26,14 @@ _MIN_INTERVAL_NS = 1_000_000_000
 class Heartbeat:
     """This process's heartbeat file."""
 
-    def __init__(self, directory: Path, job: str, rank: int) -> None:
+    def __init__(self, directory: Path, job: str, rank: int, node: str = "") -> None:
         self.path = directory / f"{job}.{rank}"
         self._tmp = directory / f".{job}.{rank}.tmp"
         self._last_ns = 0
+        self._last_step = 0
         self.step = 0
+        #: no spaces: the file is split on them
+        self.node = "".join((node or socket.gethostname()).split()) or "-"
         directory.mkdir(parents=True, exist_ok=True)
 
     def beat(self, *, step: int | None = None, force: bool = False) -> None:
@@ -35,9 +41,12 @@ class Heartbeat:
         now = time.time_ns()
         if not force and now - self._last_ns < _MIN_INTERVAL_NS:
             return
-        self._last_ns = now
+        # the mean step time since the last write (0: no step since, or the first write)
+        steps = self.step - self._last_step
+        step_ns = (now - self._last_ns) // steps if self._last_ns and steps > 0 else 0
+        self._last_ns, self._last_step = now, self.step
         try:
-            self._tmp.write_text(f"{self.step} {now}\n")
+            self._tmp.write_text(f"{self.step} {now} {step_ns} {self.node}\n")
             os.replace(self._tmp, self.path)  # readers never see half a line
         except OSError:
             pass  # a heartbeat must never stop training; a silent rank is what the agent looks for
@@ -50,7 +59,7 @@ def from_env() -> Heartbeat | None:
     job = os.environ.get("SLURM_JOB_ID") or os.environ.get("HYPERSCOPE_RUN_ID") or str(os.getppid())
     rank = int(os.environ.get("SLURM_PROCID") or os.environ.get("RANK") or 0)
     try:
-        return Heartbeat(Path(directory), job, rank)
+        return Heartbeat(Path(directory), job, rank, os.environ.get("SLURMD_NODENAME", ""))
     except OSError:
         return None
 
@@ -72,6 +81,39 @@ class Silence:
     silent_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One rank's heartbeat file as written last: what the straggler detection reads."""
+
+    rank: int
+    step: int
+    ts_ns: int
+    step_ns: int  # the mean step time of the steps since the write before (0: none known)
+    node: str
+
+
+def parse(rank: int, text: str) -> Beat:
+    """A heartbeat's line; ValueError when it is not one. Files of older versions hold only the
+    step and the time."""
+    parts = text.split()
+    if len(parts) not in (2, 4):
+        raise ValueError(f"a heartbeat has 2 or 4 fields, not {len(parts)}: {text!r}")
+    step, ts = int(parts[0]), int(parts[1])
+    step_ns, node = (int(parts[2]), parts[3]) if len(parts) == 4 else (0, "")
+    return Beat(rank, step, ts, step_ns, node)
+
+
+def job_beats(directory: Path, job: str, ranks: int) -> list[Beat]:
+    """The last beat of each of ``job``'s ranks 0 .. ``ranks``-1 that has one."""
+    out = []
+    for r in range(ranks):
+        try:
+            out.append(parse(r, (directory / f"{job}.{r}").read_text()))
+        except (OSError, ValueError):
+            continue  # not written yet, or being replaced this instant
+    return out
+
+
 def read(directory: Path, *, now_ns: int | None = None) -> list[Silence]:
     """Every rank's last heartbeat and how long ago it was, oldest first."""
     now_ns = time.time_ns() if now_ns is None else now_ns
@@ -81,8 +123,8 @@ def read(directory: Path, *, now_ns: int | None = None) -> list[Silence]:
             continue
         job, _, rank = entry.name.rpartition(".")
         try:
-            step_text, ts_text = entry.read_text().split()
-            out.append(Silence(job, int(rank), int(step_text), (now_ns - int(ts_text)) / 1e9))
+            b = parse(int(rank), entry.read_text())
+            out.append(Silence(job, b.rank, b.step, (now_ns - b.ts_ns) / 1e9))
         except (OSError, ValueError):
             continue  # being replaced this instant, or not ours
     return sorted(out, key=lambda s: -s.silent_s)
