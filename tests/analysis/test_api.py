@@ -13,6 +13,7 @@ def test_all_is_complete_and_sorted() -> None:
     submodules = {
         "annotations",
         "breakdown",
+        "collective_waits",
         "collectives",
         "compare",
         "cpu",
@@ -25,11 +26,13 @@ def test_all_is_complete_and_sorted() -> None:
         "kernels",
         "latency",
         "memory",
+        "memory_view",
         "operators",
         "ranks",
         "slowdown",
         "steps",
         "stored",
+        "tables",
     }
     assert public - set(analysis.__all__) <= submodules
 

@@ -3,6 +3,7 @@ import and capture, read back equal, ignored when the analysis code changed, and
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -91,7 +92,7 @@ def test_hyperscope_import_precomputes(tmp_path: Path, monkeypatch: pytest.Monke
         raise AssertionError("the timeline index was built again")
 
     monkeypatch.setattr(tl.index, "build", no_build)
-    monkeypatch.setattr(tl.index, "_CACHE", {})
+    monkeypatch.setattr(tl.index, "_CACHE", collections.OrderedDict())
     index = tl.load(profile)
     assert len(index.ts) > 0 and len(index.rows) >= 2
     assert {p.name: p.stat().st_mtime_ns for p in where.iterdir()} == before

@@ -248,12 +248,15 @@ def kernel_type_breakdown(
             "SELECT rank, s, t_end, " + str(bit) + " AS bit FROM (" + _merge_where(f"ktype = '{t}'") + ")"
             for t, bit in _TYPE_BITS.items()
         )
+        # at a tie the starts go first (ORDER BY t, v DESC): a kernel that begins where another ends
+        # touches it, and HTA lists such a 0 µs overlap (resnet50_legacy: "COMPUTATION overlapping
+        # MEMORY 0"); ordered by t alone the row came and went from run to run
         found = rows(
             con,
             f"""{prefix}, iv AS ({merged}),
                 pts AS (SELECT rank, s AS t, bit AS v FROM iv UNION ALL SELECT rank, t_end, -bit FROM iv),
                 run AS (SELECT rank, t, sum(v) OVER w AS running, lead(t) OVER w AS nt FROM pts
-                        WINDOW w AS (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING))
+                        WINDOW w AS (PARTITION BY rank ORDER BY t, v DESC ROWS UNBOUNDED PRECEDING))
                 SELECT running, sum(trunc(nt - t)) FROM run
                 WHERE running > 0 AND nt IS NOT NULL GROUP BY running""",
         )
