@@ -94,7 +94,7 @@ common=(--drain --node "$node" $expect{checks} --dcgm-every {r.dcgm_interval_s} 
 if [ -z "${{SLURM_JOB_ID:-}}" ]; then
     # periodic: one long-lived check per node, every {r.health_check_interval} s, holding this lock (fd 9)
     # for its life; it ends with this node's slurmd or when this script is rewritten
-    setsid {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" --watch "$0" \\
+    setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" --watch "$0" \\
         --faults-file "$faults"{agent} "${{common[@]}}" </dev/null >/dev/null 2>&1 &
     exit 0
 fi
