@@ -95,7 +95,7 @@ def test_install_writes_the_slurm_conf_lines(tmp_path: Path, make_spec: Callable
     lines = hooks.install(make_spec(), state)
     assert lines[:5] == [
         f"HealthCheckProgram={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
-        "HealthCheckInterval=60",  # the wrapper: the loop it starts checks every 5 s
+        "HealthCheckInterval=5",  # the wrapper: it starts the node's loop again if it is gone
         "HealthCheckNodeState=ANY",
         f"Prolog={Path(state.dir) / 'etc' / 'healthcheck.sh'}",
         f"TaskProlog={Path(state.dir) / 'etc' / 'taskprolog.sh'}",

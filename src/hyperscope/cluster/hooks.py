@@ -94,8 +94,8 @@ common=(--drain --node "$node" $expect{checks} --dcgm-every {r.dcgm_interval_s} 
 if [ -z "${{SLURM_JOB_ID:-}}" ]; then
     # periodic: one long-lived check per node, every {r.health_check_interval} s, holding this lock (fd 9)
     # for its life; it ends with this node's slurmd or when this script is rewritten
-    setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" --watch "$0" \\
-        --faults-file "$faults"{agent} "${{common[@]}}" </dev/null >/dev/null 2>&1 &
+    setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" \\
+        --watch "$0" --faults-file "$faults"{agent} "${{common[@]}}" </dev/null >/dev/null 2>&1 &
     exit 0
 fi
 # As the Prolog (Slurm sets SLURM_JOB_ID) only the quick checks: it runs before every job.
@@ -104,9 +104,6 @@ exec {q(python)} -m hyperscope.health --quick "${{common[@]}}" >/dev/null
 
 
 TASK_PROLOG = "taskprolog.sh"
-#: how often slurmd runs the wrapper at least: it only starts a node's health loop again if it
-#: died (the loop checks at the spec's interval and watches the agent); slurmd also runs it at start
-WRAPPER_INTERVAL_S = 60
 
 
 def task_prolog(state: ClusterState) -> str:
@@ -141,7 +138,7 @@ def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
     prolog.chmod(0o755)
     lines = [
         f"HealthCheckProgram={wrapper}",
-        f"HealthCheckInterval={max(spec.recovery.health_check_interval, WRAPPER_INTERVAL_S)}",
+        f"HealthCheckInterval={spec.recovery.health_check_interval}",
         "HealthCheckNodeState=ANY",
         f"Prolog={wrapper}",
         f"TaskProlog={prolog}",
