@@ -17,6 +17,7 @@ from rich.text import Text
 
 from hyperscope.cli._options import HomeOption, err, out
 from hyperscope.cluster import jobs, manage
+from hyperscope.cluster.state import Progress
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.catalog import JobStatus
 from hyperscope.store.store import default_home
@@ -46,6 +47,15 @@ def _home(home: Path | None) -> Path:
     return home.expanduser() if home is not None else default_home()
 
 
+def _progress(t0: float) -> Progress:
+    """A long command's steps on stderr, each with the seconds since ``t0`` and its node."""
+
+    def say(node: str, step: str) -> None:
+        err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
+
+    return say
+
+
 def _when(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
 
@@ -66,9 +76,7 @@ def create(
     """Bring a cluster up from its spec; running it again on a cluster in service changes nothing;
     a cluster of that name that is half running, or has another spec, is refused unless --replace."""
     t0 = time.monotonic()
-
-    def progress(node: str, step: str) -> None:
-        err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
+    progress = _progress(t0)
 
     try:
         state = manage.create(file, _home(home), progress, replace=replace)
@@ -105,9 +113,7 @@ def update(
     group's GPUs and the shared folder cannot change in place (delete and create instead).
     Local provider."""
     t0 = time.monotonic()
-
-    def progress(node: str, step: str) -> None:
-        err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
+    progress = _progress(t0)
 
     try:
         plan = manage.update(file, _home(home), progress, drain_timeout_s=drain_timeout)
@@ -131,9 +137,7 @@ def update_software(
     restarted, resumed. A failed node stays drained with the reason "Software update failed"
     and the update stops. Local provider."""
     t0 = time.monotonic()
-
-    def progress(node: str, step: str) -> None:
-        err.print(Text(f"{time.monotonic() - t0:6.2f}s  {node:<16} {step}", style="dim"))
+    progress = _progress(t0)
 
     try:
         done = manage.update_software(name, _home(home), progress, batch=batch, drain_timeout_s=drain_timeout)

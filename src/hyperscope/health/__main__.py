@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from hyperscope import health
+from hyperscope._proc import process_alive
 from hyperscope.health.sources import FAULTS_ENV
 
 
@@ -97,16 +98,6 @@ def _watch_agent(cluster_dir: Path) -> None:
         print(f"agent watchdog: {exc}", file=sys.stderr)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.loop <= 0:
@@ -117,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.agent_watchdog is not None:
             _watch_agent(args.agent_watchdog)
         time.sleep(args.loop)
-        if args.parent and not _alive(args.parent):
+        if args.parent and not process_alive(args.parent):
             return 0
         if args.watch is not None:
             now = args.watch.stat().st_mtime_ns if args.watch.exists() else None

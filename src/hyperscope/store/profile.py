@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hyperscope._proc import process_alive
 from hyperscope.errors import StoreError
 from hyperscope.schema.events import (
     DELTA_COLUMNS,
@@ -68,17 +69,6 @@ def _remove_abandoned(root: Path) -> None:
         pid_text = entry.name[len(STAGING_PREFIX) :].split("-", 1)[0]
         if pid_text.isdigit() and not process_alive(int(pid_text)):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a staging directory's owner still runs (its pid is in the directory's name)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_events(

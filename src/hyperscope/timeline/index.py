@@ -51,10 +51,11 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from hyperscope._proc import process_alive
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.derived import DERIVED_DIR, source_digest
-from hyperscope.store.profile import Profile, process_alive
+from hyperscope.store.profile import Profile
 
 log = logging.getLogger("hyperscope.timeline")
 
