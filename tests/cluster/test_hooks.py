@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -121,3 +123,52 @@ def _written(path: Path, timeout: float = 30.0) -> str:
         assert time.monotonic() < deadline, f"{path} was not written"
         time.sleep(0.05)
     return path.read_text()
+
+
+def test_the_periodic_run_exits_without_starting_a_process_while_the_loop_lives(
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec]
+) -> None:
+    """The wrapper runs on every node every interval; while the node's loop lives (named by its
+    pid file, checked against its command line), it is bash builtins only and starts nothing."""
+    state = _state(tmp_path)
+    state.nodes = [NodeState("workers-1", "workers", "worker", False, True)]
+    (tmp_path / "shared").mkdir()
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/bash\necho "$@" >> "$HYPERSCOPE_SHARED_DIR/args"\n')
+    fake_python.chmod(0o755)
+    script = tmp_path / "hc.sh"
+    script.write_text(hooks.healthcheck_wrapper(make_spec(), state, python=str(fake_python)))
+    script.chmod(0o755)
+    locks = Path(state.run_dir) / "locks"
+    locks.mkdir(parents=True)
+    pid_file = locks / "loop-workers-1.pid"
+    spool = Path(state.run_dir) / "spool" / "workers-1"
+    env = {"SLURMD_NODENAME": "workers-1"}
+    loop = subprocess.Popen(  # what the wrapper matches: this node's loop
+        [sys.executable, "-c", "import time; time.sleep(300)", "--loop", "5", "--path", str(spool)]
+    )
+    other = subprocess.Popen(["sleep", "300"])  # a recycled pid: another command line
+    try:
+        pid_file.write_text(f"{loop.pid}\n")
+        assert subprocess.run([str(script)], env=env, timeout=20).returncode == 0
+        time.sleep(0.5)  # what a started loop would have written by now
+        assert not (tmp_path / "shared" / "args").exists()  # the lock was free: the fast path it was
+        if shutil.which("strace"):
+            traced = tmp_path / "trace"
+            argv = ["strace", "-f", "-qq", "-e", "trace=execve,clone,clone3,fork,vfork", "-o", str(traced)]
+            subprocess.run([*argv, str(script)], env=env, timeout=20, check=True)
+            calls = [c for c in traced.read_text().splitlines() if "resumed>" not in c]
+            assert len(calls) == 1 and "execve(" in calls[0], calls  # the wrapper's own exec only
+        for stale in (other.pid, 999_999_999):  # another process, or none: a loop is started
+            pid_file.write_text(f"{stale}\n")
+            assert subprocess.run([str(script)], env=env, timeout=20).returncode == 0
+            assert "--loop 5" in _written(tmp_path / "shared" / "args")
+            (tmp_path / "shared" / "args").unlink()
+            deadline = time.monotonic() + 20  # the fake loop exits at once: its lock is free again
+            while subprocess.run(["flock", "-n", str(locks / "healthcheck-workers-1"), "true"]).returncode:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        for p in (loop, other):
+            p.kill()
+            p.wait()

@@ -59,10 +59,14 @@ def test_the_loop_sees_a_late_fault_drains_and_ends_with_its_parent(tmp_path: Pa
 def test_the_loop_ends_when_its_wrapper_is_rewritten(tmp_path: Path) -> None:
     wrapper = tmp_path / "hc.sh"
     wrapper.write_text("v1")
+    pid_file = tmp_path / "loop.pid"
     argv = [sys.executable, "-m", "hyperscope.health", "--loop", "0.2", "--watch", str(wrapper),
-            "--node", "n1", "--path", str(tmp_path), "--min-free-gib", "0"]  # fmt: skip
+            "--pid-file", str(pid_file), "--node", "n1", "--path", str(tmp_path),
+            "--min-free-gib", "0"]  # fmt: skip
     loop = subprocess.Popen(argv)
     try:
+        # written once the loop has read the wrapper's stamp (a loaded machine may take a while)
+        _until(lambda: pid_file.exists() and pid_file.read_text().strip() == str(loop.pid))
         time.sleep(0.5)
         assert loop.poll() is None
         wrapper.write_text("v2")

@@ -33,15 +33,17 @@ def auto_resume_log(state: ClusterState) -> Path:
 
 def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sys.executable) -> str:
     """Slurm's HealthCheckProgram and Prolog. The periodic check is one long-lived
-    ``python -m hyperscope.health --loop`` per node, started by the first run and holding the
-    node's lock (``flock -n``: every later run exits at once), since a Python start per node every
-    few seconds kept two cores busy at 32 nodes on one machine. The Prolog runs the quick checks
-    before every job (Prologs of one node wait their turn, so every job's nodes are checked). Each
-    node's expected GPU count comes from its group; the spec's folder of user checks; DCGM's
-    diagnostic at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so
-    ``delete`` stops a check still running. It is also the agent's watchdog: run by every slurmd
-    every few seconds, it starts the agent again when none holds the agent's lock (the agent, in
-    turn, restarts slurmctld and munged)."""
+        ``python -m hyperscope.health --loop`` per node, started by the first run and holding the
+        node's lock (``flock -n``) and naming itself in a pid file: every later run, while that loop
+    lives, exits at once on bash builtins alone (no fork, no exec: it runs on every node every
+    interval), since a Python start per node every
+        few seconds kept two cores busy at 32 nodes on one machine. The Prolog runs the quick checks
+        before every job (Prologs of one node wait their turn, so every job's nodes are checked). Each
+        node's expected GPU count comes from its group; the spec's folder of user checks; DCGM's
+        diagnostic at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so
+        ``delete`` stops a check still running. It is also the agent's watchdog: run by every slurmd
+        every few seconds, it starts the agent again when none holds the agent's lock (the agent, in
+        turn, restarts slurmctld and munged)."""
     q = shlex.quote
     spool = Path(state.run_dir) / "spool"
     r = spec.recovery
@@ -66,18 +68,27 @@ fi
         if r.agent
         else ""
     )
+    locks = Path(state.run_dir) / "locks"
     return f"""#!/bin/bash
 # Written by hyperscope for cluster {state.name}: Slurm's HealthCheckProgram. Slurm gives it only
 # SLURMD_NODENAME, so everything else is set here.
 node=${{SLURMD_NODENAME:?SLURMD_NODENAME is not set}}
+spool={q(str(spool))}/"$node"
+locks={q(str(locks))}
+# fast path, bash builtins only (no process started): the periodic run while this node's loop
+# lives (its pid file names a process whose command line is this node's loop); the loop is the
+# agent's watchdog meanwhile
+if [ -z "${{SLURM_JOB_ID:-}}" ] && read -r pid 2>/dev/null <"$locks/loop-$node.pid" &&
+    mapfile -d '' argv 2>/dev/null <"/proc/$pid/cmdline" &&
+    [[ " ${{argv[*]}} " == *" --loop "*" --path $spool "* ]]; then
+    exit 0
+fi
 export SLURM_CONF={q(state.slurm_conf)}
 export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_dir)}
 export HYPERSCOPE_CLUSTER_DIR={q(state.dir)}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-spool={q(str(spool))}/"$node"
 {watchdog}# never two periodic checks of one node at once: a second one exits at once, the one running now
 # answers for both. Prologs (SLURM_JOB_ID set) queue up instead: each job's nodes are checked.
-locks={q(str(Path(state.run_dir) / "locks"))}
 if [ -n "${{SLURM_JOB_ID:-}}" ]; then
     mkdir -p "$locks" && exec 9>>"$locks/prolog-$node" && flock -w 120 9
 else
@@ -95,7 +106,8 @@ if [ -z "${{SLURM_JOB_ID:-}}" ]; then
     # periodic: one long-lived check per node, every {r.health_check_interval} s, holding this lock (fd 9)
     # for its life; it ends with this node's slurmd or when this script is rewritten
     setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" \\
-        --watch "$0" --faults-file "$faults"{agent} "${{common[@]}}" </dev/null >/dev/null 2>&1 &
+        --watch "$0" --faults-file "$faults" --pid-file "$locks/loop-$node.pid"{agent} \
+        "${{common[@]}}" </dev/null >/dev/null 2>&1 &
     exit 0
 fi
 # As the Prolog (Slurm sets SLURM_JOB_ID) only the quick checks: it runs before every job.

@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--loop", type=float, default=0.0, metavar="SECONDS")
     ap.add_argument("--parent", type=int, default=0, metavar="PID")
     ap.add_argument("--watch", type=Path, default=None, metavar="FILE")
+    ap.add_argument("--pid-file", type=Path, default=None, metavar="FILE")
     ap.add_argument("--agent-watchdog", type=Path, default=None, metavar="CLUSTER_DIR")
     return ap
 
@@ -98,11 +99,24 @@ def _watch_agent(cluster_dir: Path) -> None:
         print(f"agent watchdog: {exc}", file=sys.stderr)
 
 
+def _write_pid(path: Path) -> None:
+    """Name this loop in ``path`` (whole or not at all): the wrapper's fast path reads it and
+    exits at once, without starting a process, while this loop lives."""
+    try:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(f"{os.getpid()}\n")
+        os.replace(tmp, path)
+    except OSError as exc:  # no fast path then: the wrapper's lock still keeps one loop per node
+        print(f"pid file: {exc}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.loop <= 0:
         return _once(args)
     stamp = args.watch.stat().st_mtime_ns if args.watch is not None and args.watch.exists() else None
+    if args.pid_file is not None:
+        _write_pid(args.pid_file)
     while True:
         _once(args)
         if args.agent_watchdog is not None:
