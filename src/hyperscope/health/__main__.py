@@ -26,6 +26,7 @@ from pathlib import Path
 from hyperscope import health
 from hyperscope._proc import process_alive
 from hyperscope.health.sources import FAULTS_ENV
+from hyperscope.recovery import calm
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,6 +75,7 @@ def _once(args: argparse.Namespace) -> int:
             return 1
         if command:
             print(f"drained: {command}", file=sys.stderr)
+            calm.nudge(os.environ.get("HYPERSCOPE_CLUSTER_DIR"))  # the agent looks at once
     return 1 if report.status == "fail" else 0
 
 

@@ -48,7 +48,8 @@ from hyperscope.cluster.state import (
     start_time,
 )
 from hyperscope.errors import HyperscopeError
-from hyperscope.recovery import act, heartbeat
+from hyperscope.recovery import act, calm, heartbeat
+from hyperscope.recovery.calm import Calm
 from hyperscope.recovery.decide import (
     PASSIVE,
     Action,
@@ -135,6 +136,8 @@ class Agent:
     #: per-rank slow-step counts (``recovery.stragglers``), and the stragglers named now
     tracker: StragglerTracker | None = None
     flagged: dict[tuple[str, int], Straggler] = field(default_factory=dict)
+    #: until when Slurm need not be asked (an idle cluster: ``recovery.calm``)
+    idle: Calm = field(default_factory=Calm)
     _cached: tuple[tuple[int, int, int], ClusterState] | None = None
     _recovery: RecoverySettings | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock)
@@ -185,11 +188,17 @@ class Agent:
             return []
         restarts = self.supervise(state)
         ops = self._ops(state)
+        assert self._cached is not None  # set by _state()
+        key = (self._cached[0], calm.events_stamp(self.dir))
+        daemons = all(ops.daemon_alive(n) for n in state.nodes if n.slurm and n.status == "Running")
+        if not restarts and self.idle.holds(self.clock(), key, daemons):
+            return []  # calm: nothing Slurm could say needs this second's look (recovery.calm)
         slurm = ops.slurm()
         try:
             shown = slurm.run("scontrol", "show", "node", "-o").stdout
             jobs = slurm.jobs()
         except SlurmError:
+            self.idle.after_pass(self.clock(), key, False)
             return restarts  # slurmctld busy or restarting: the next pass sees it
         self.sync_catalog(state, slurm, jobs)
         views = self.node_views(state, self.nodes_of_interest(state, ops, shown), ops)
@@ -217,6 +226,12 @@ class Agent:
             for j in jobs
         ) or any(w.is_alive() for w in self.workers)
         self.workers = [w for w in self.workers if w.is_alive()]
+        watching = (
+            bool(self.settling or self.silent_since or self.reboots or self.acting) or self.synced is None
+        )
+        acted = bool(restarts) or any(a.kind not in PASSIVE for a in actions)
+        quiet = calm.quiet((j.state for j in jobs), busy=self.busy, watching=watching, acted=acted)
+        self.idle.after_pass(self.clock(), key, quiet)
         return actions
 
     def supervise(self, state: ClusterState) -> list[Action]:
