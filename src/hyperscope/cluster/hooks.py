@@ -11,7 +11,9 @@ file (``<cluster dir>/faults/<node>.json``, the seam to rehearse a GPU fault on 
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +31,25 @@ def faults_dir(state: ClusterState) -> Path:
 
 def auto_resume_log(state: ClusterState) -> Path:
     return Path(state.dir) / "log" / "auto-resume.log"
+
+
+#: at most how often slurmd runs the wrapper: the node's loop checks every
+#: ``recovery.health_check_interval`` s by itself; the wrapper only starts a loop that is gone. Each
+#: run is a fork of slurmd and a bash start, which every 5 s on 32 local nodes was more than half
+#: of an idle cluster's CPU (bench/cluster_lifecycle.py)
+KEEPER_INTERVAL_S = 30
+
+
+#: the loop writes to the node's spool and the shared directory at most this often once they
+#: were found writable (free space is still checked every pass): a probe's fsync and unlink were
+#: most of a healthy pass's CPU, times every node
+PROBE_EVERY_S = 30
+
+
+def keeper_interval(spec: ClusterSpec) -> int:
+    """slurm.conf's HealthCheckInterval: a loop that died comes back within this many seconds (a
+    node's first loop starts with its slurmd, which runs the wrapper at its start)."""
+    return max(int(spec.recovery.health_check_interval), KEEPER_INTERVAL_S)
 
 
 def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sys.executable) -> str:
@@ -76,12 +97,15 @@ node=${{SLURMD_NODENAME:?SLURMD_NODENAME is not set}}
 spool={q(str(spool))}/"$node"
 locks={q(str(locks))}
 # fast path, bash builtins only (no process started): the periodic run while this node's loop
-# lives (its pid file names a process whose command line is this node's loop); the loop is the
-# agent's watchdog meanwhile
+# lives (its pid file names a process whose command line is this node's loop, started by this
+# slurmd); the loop is the agent's watchdog meanwhile. One started by an earlier slurmd of this
+# node would end at its next pass: it is ended below and a fresh one started now.
+stale="" parent=${{HYPERSCOPE_SLURMD_PID:-$PPID}}
 if [ -z "${{SLURM_JOB_ID:-}}" ] && read -r pid 2>/dev/null <"$locks/loop-$node.pid" &&
     mapfile -d '' argv 2>/dev/null <"/proc/$pid/cmdline" &&
     [[ " ${{argv[*]}} " == *" --loop "*" --path $spool "* ]]; then
-    exit 0
+    [[ " ${{argv[*]}} " == *" --parent $parent "* ]] && exit 0
+    stale=$pid
 fi
 export SLURM_CONF={q(state.slurm_conf)}
 export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_dir)}
@@ -92,7 +116,12 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 if [ -n "${{SLURM_JOB_ID:-}}" ]; then
     mkdir -p "$locks" && exec 9>>"$locks/prolog-$node" && flock -w 120 9
 else
-    mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" && {{ flock -n 9 || exit 0; }}
+    mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" || exit 0
+    if ! flock -n 9; then
+        [ -n "$stale" ] || exit 0
+        kill "$stale" 2>/dev/null
+        flock -w 30 9 || exit 0
+    fi
 fi
 faults={q(str(faults_dir(state)))}/$node.json
 if [ -e "$faults" ]; then export HYPERSCOPE_HEALTH_FAULTS="$faults"; else unset HYPERSCOPE_HEALTH_FAULTS; fi
@@ -105,14 +134,31 @@ common=(--drain --node "$node" $expect{checks} --dcgm-every {r.dcgm_interval_s} 
 if [ -z "${{SLURM_JOB_ID:-}}" ]; then
     # periodic: one long-lived check per node, every {r.health_check_interval} s, holding this lock (fd 9)
     # for its life; it ends with this node's slurmd or when this script is rewritten
-    setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" \\
-        --watch "$0" --faults-file "$faults" --pid-file "$locks/loop-$node.pid"{agent} \
+    setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$parent" \\
+        --watch "$0" --faults-file "$faults" --pid-file "$locks/loop-$node.pid" \\
+        --probe-every {PROBE_EVERY_S}{agent} \\
         "${{common[@]}}" </dev/null >/dev/null 2>&1 &
     exit 0
 fi
 # As the Prolog (Slurm sets SLURM_JOB_ID) only the quick checks: it runs before every job.
 exec {q(python)} -m hyperscope.health --quick "${{common[@]}}" >/dev/null
 """
+
+
+def start_loop(state: ClusterState, node: str, slurmd_pid: int) -> None:
+    """Start ``node``'s health loop beside the slurmd just started (slurmd itself first runs the
+    wrapper only at its first HealthCheckInterval, up to :data:`KEEPER_INTERVAL_S` later): the
+    wrapper, as slurmd would run it, told which slurmd the loop ends with. A node without the
+    wrapper (a cluster created before it) is left to slurmd."""
+    wrapper = Path(state.dir) / "etc" / WRAPPER
+    if not wrapper.is_file():
+        return
+    env = {"SLURMD_NODENAME": node, "HYPERSCOPE_SLURMD_PID": str(slurmd_pid)}
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # then slurmd's own first run does
+        subprocess.run(
+            [str(wrapper)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, timeout=60, check=False,
+        )  # fmt: skip
 
 
 TASK_PROLOG = "taskprolog.sh"
@@ -150,7 +196,7 @@ def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
     prolog.chmod(0o755)
     lines = [
         f"HealthCheckProgram={wrapper}",
-        f"HealthCheckInterval={spec.recovery.health_check_interval}",
+        f"HealthCheckInterval={keeper_interval(spec)}",
         "HealthCheckNodeState=ANY",
         f"Prolog={wrapper}",
         f"TaskProlog={prolog}",

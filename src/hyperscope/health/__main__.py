@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--loop", type=float, default=0.0, metavar="SECONDS")
     ap.add_argument("--parent", type=int, default=0, metavar="PID")
     ap.add_argument("--watch", type=Path, default=None, metavar="FILE")
+    ap.add_argument("--probe-every", type=float, default=0.0, metavar="SECONDS",
+                    help="write to a writable path again only after this long (0: every run)")  # fmt: skip
     ap.add_argument("--pid-file", type=Path, default=None, metavar="FILE")
     ap.add_argument("--agent-watchdog", type=Path, default=None, metavar="CLUSTER_DIR")
     return ap
@@ -60,7 +62,7 @@ def _once(args: argparse.Namespace) -> int:
     config = health.configure(
         expect_gpus=args.expect_gpus, paths=tuple(args.path), min_free_gib=args.min_free_gib,
         shared=args.shared, checks_dir=args.checks_dir, quick=args.quick, dcgm_every_s=args.dcgm_every,
-        dcgm_record=args.dcgm_record, gpu_devices=args.gpu_devices,
+        dcgm_record=args.dcgm_record, gpu_devices=args.gpu_devices, probe_every_s=args.probe_every,
     )  # fmt: skip
     try:
         report = health.run(config, node=args.node)
