@@ -11,10 +11,10 @@ file (``<cluster dir>/faults/<node>.json``, the seam to rehearse a GPU fault on 
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from hyperscope.cluster.spec import ClusterSpec
@@ -154,11 +154,14 @@ def start_loop(state: ClusterState, node: str, slurmd_pid: int) -> None:
     if not wrapper.is_file():
         return
     env = {"SLURMD_NODENAME": node, "HYPERSCOPE_SLURMD_PID": str(slurmd_pid)}
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # then slurmd's own first run does
-        subprocess.run(
+    try:  # not waited for here (a create starts every node's): reaped by a thread of its own
+        started = subprocess.Popen(
             [str(wrapper)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, timeout=60, check=False,
+            stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
+    except OSError:
+        return  # then slurmd's own first run starts it
+    threading.Thread(target=started.wait, daemon=True).start()
 
 
 TASK_PROLOG = "taskprolog.sh"

@@ -16,6 +16,7 @@ Exit status as ``hyperscope health``: 0 pass or warn, 1 fail, 2 an unreadable fa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -114,6 +115,23 @@ def _write_pid(path: Path) -> None:
         print(f"pid file: {exc}", file=sys.stderr)
 
 
+def _hand_over(args: argparse.Namespace) -> None:
+    """The wrapper was rewritten (a cluster update): run the new one now, as slurmd would, so
+    the node's next loop starts at once and not at slurmd's next run (``HealthCheckInterval``).
+    First this loop lets go of what keeps a wrapper from starting one: its pid file and the
+    wrapper's lock (inherited as fd 9). Only for a loop the wrapper started (it names both)."""
+    if args.pid_file is None or not args.parent or args.watch is None or args.node is None:
+        return
+    with contextlib.suppress(OSError):
+        if args.pid_file.read_text().strip() == str(os.getpid()):
+            args.pid_file.unlink()
+    with contextlib.suppress(OSError):
+        os.close(9)
+    env = {"SLURMD_NODENAME": args.node, "HYPERSCOPE_SLURMD_PID": str(args.parent)}
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run([str(args.watch)], env=env, stdin=subprocess.DEVNULL, timeout=120, check=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.loop <= 0:
@@ -131,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.watch is not None:
             now = args.watch.stat().st_mtime_ns if args.watch.exists() else None
             if now != stamp:
+                _hand_over(args)
                 return 0
 
 
