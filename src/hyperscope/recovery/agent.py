@@ -1,4 +1,5 @@
-"""The recovery agent (``hyperscope agent``): once a second it reads what Slurm says of the nodes
+"""The recovery agent (``hyperscope agent``): once a second (every 5 s on a calm cluster, unless a
+cheap look finds a reason: :mod:`hyperscope.recovery.calm`) it reads what Slurm says of the nodes
 and jobs, what the provider sees of each node's slurmd, and the jobs' progress heartbeats; asks
 :mod:`hyperscope.recovery.decide` what to do; and applies each decision through the provider's
 :class:`~hyperscope.cluster.operate.NodeOperator` — the same loop for local, ssh and adopted
