@@ -112,3 +112,24 @@ def test_job_named_like_a_number_wins_over_that_number(jobs_client: TestClient, 
     assert jobs_client.get("/api/jobs/1").json()["name"] == "resnet-run-1"
     assert jobs_client.get("/api/jobs/bert").json()["profile_list"][0]["ranks"] == 1
     assert jobs_client.get("/api/jobs/99999999999999999999999").status_code == 404
+
+
+@pytest.mark.parametrize("sort", ["created", "name", "status", "ranks", "events", "size"])
+def test_every_page_of_every_sort_is_a_slice_of_the_whole_sorted_list(
+    jobs_client: TestClient, sort: str
+) -> None:
+    """Plain sorts cut the page before looking up each job's newest profile: the same jobs, the
+    same fields, in the same order as the whole list cut afterwards."""
+    for order in ("asc", "desc"):
+        for search in ("", "&search=run"):
+            whole = jobs_client.get(f"/api/jobs?sort={sort}&order={order}{search}&limit=100").json()["jobs"]
+            pages = [
+                job
+                for offset in range(0, 7, 2)
+                for job in jobs_client.get(
+                    f"/api/jobs?sort={sort}&order={order}{search}&limit=2&offset={offset}"
+                ).json()["jobs"]
+            ]
+            assert pages == whole and len(whole) == (3 if search else 6)
+    latest = {j["name"]: j["latest_profile"] for j in whole}
+    assert latest["resnet-run-1"] == f"{99:016x}"  # the newer of its two profiles, on every path

@@ -40,11 +40,14 @@ SORTS: Final = {
 }
 MAX_LIMIT: Final = 1000
 
-#: each job with its newest profile's id (``latest``), for the columns and sorts that read it
-_JOBS: Final = (
-    "(SELECT jj.*, (SELECT p.id FROM profiles p WHERE p.job_id = jj.id "
-    "ORDER BY p.created_ns DESC, p.rowid DESC LIMIT 1) AS latest FROM jobs jj) j"
+#: sorts on the jobs table's own columns: a page is cut from it before its profiles are looked up
+_PLAIN_SORTS: Final = frozenset({"created", "name", "status", "ranks"})
+_LATEST: Final = (
+    "(SELECT p.id FROM profiles p WHERE p.job_id = jj.id "
+    "ORDER BY p.created_ns DESC, p.rowid DESC LIMIT 1) AS latest"
 )
+#: each job with its newest profile's id (``latest``), for the columns and sorts that read it
+_JOBS: Final = f"(SELECT jj.*, {_LATEST} FROM jobs jj) j"
 _JOB_COLUMNS: Final = (
     "j.id, j.name, j.status, j.created_ns, j.updated_ns, j.nodes, j.ranks, j.message, j.latest, "
     "(SELECT count(*) FROM profiles p WHERE p.job_id = j.id), "
@@ -98,7 +101,7 @@ class CatalogReader:
         self.home = home
         self.path = home / CATALOG_FILE
         #: profile id -> traced span (ns), for finished profiles: the jobs list shows each job's
-        self._spans: Lru[str, int | None] = Lru(4096)
+        self._spans: Lru[str, tuple[int | None]] = Lru(4096)
 
     def _span_ns(self, job: JobOut) -> int | None:
         """The newest profile's traced span, from its metadata file (the catalog does not keep it)."""
@@ -107,14 +110,18 @@ class CatalogReader:
             return None
         live = job.status in _LIVE
         if not live and (found := self._spans.get(pid)) is not None:
-            return found
+            return found[0]
         try:  # a capture's ranks keep their own metadata: Profile.open reads them all
             meta = Profile.open(profile_dir(self.home, pid)).meta
         except (OSError, StoreError):  # removed meanwhile, or unreadable: the profile's page says why
-            return None
-        span = None if meta.ts_min_ns is None or meta.ts_max_ns is None else meta.ts_max_ns - meta.ts_min_ns
-        if not live and span is not None:
-            self._spans.put(pid, span)
+            meta = None
+        span = (
+            None
+            if meta is None or meta.ts_min_ns is None or meta.ts_max_ns is None
+            else meta.ts_max_ns - meta.ts_min_ns
+        )
+        if not live:  # unknown ones too: a finished profile is not read again for every page
+            self._spans.put(pid, (span,))
         return span
 
     def _with_span(self, job: JobOut) -> JobOut:
@@ -152,12 +159,16 @@ class CatalogReader:
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         direction = "ASC" if query.order == "asc" else "DESC"
         order = f"{SORTS[query.sort]} {direction}, j.id {direction}"
+        if query.sort in _PLAIN_SORTS:
+            # The page first, then the newest profile of its jobs alone: looking it up for every
+            # job before cutting the page took 8 ms of SQLite per query at 2,000 jobs.
+            page = f"(SELECT * FROM jobs j{clause} ORDER BY {order} LIMIT ? OFFSET ?)"
+            listing = f"SELECT {_JOB_COLUMNS} FROM (SELECT jj.*, {_LATEST} FROM {page} jj) j ORDER BY {order}"
+        else:
+            listing = f"SELECT {_JOB_COLUMNS} FROM {_JOBS}{clause} ORDER BY {order} LIMIT ? OFFSET ?"
         with self._db() as db:
             total = int(db.execute(f"SELECT count(*) FROM jobs j{clause}", params).fetchone()[0])
-            found = db.execute(
-                f"SELECT {_JOB_COLUMNS} FROM {_JOBS}{clause} ORDER BY {order} LIMIT ? OFFSET ?",
-                [*params, query.limit, query.offset],
-            ).fetchall()
+            found = db.execute(listing, [*params, query.limit, query.offset]).fetchall()
         return JobListOut(total=total, jobs=[self._with_span(_job(r)) for r in found])
 
     def job(self, id_or_name: str) -> JobDetailOut:
