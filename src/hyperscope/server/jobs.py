@@ -13,8 +13,10 @@ request value becomes a file path.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE, profile_dir
 from hyperscope.server.cache import Lru
 from hyperscope.server.models import JobDetailOut, JobListOut, JobOut, ProfileRefOut
-from hyperscope.store.catalog import JobStatus, RankStatus, open_read_only
+from hyperscope.store.catalog import READ_MODES, JobStatus, RankStatus, open_read_only
 from hyperscope.store.profile import Profile
 
 PROFILE_ID: Final = re.compile(r"[0-9a-f]{16}")
@@ -102,6 +104,8 @@ class CatalogReader:
         self.path = home / CATALOG_FILE
         #: profile id -> traced span (ns), for finished profiles: the jobs list shows each job's
         self._spans: Lru[str, tuple[int | None]] = Lru(4096)
+        #: each worker thread's catalog connection and the catalog file's inode it was opened on
+        self._local = threading.local()
 
     def _span_ns(self, job: JobOut) -> int | None:
         """The newest profile's traced span, from its metadata file (the catalog does not keep it)."""
@@ -129,16 +133,36 @@ class CatalogReader:
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        # A connection per request: opening one costs ~0.1 ms and no state is shared between threads.
-        # ``mode=ro`` first each time: ``immutable`` (a read-only store, a full disk) would not
-        # see a writer's changes, so it is only taken while ``mode=ro`` cannot open.
-        db, _ = open_read_only(self.path)
+        # One connection per worker thread, kept between requests: opening one took a fifth of
+        # the server's busy time in bench/soak.py (SQLite reads the schema and maps the WAL index
+        # each time). A kept ``mode=ro`` connection sees every commit (each statement is its own
+        # read transaction); ``immutable`` (a read-only store, a full disk) would not see a
+        # writer's changes, so it is never kept, and ``mode=ro`` is tried again next time. A
+        # catalog file replaced (a store removed and made anew) is noticed by its inode.
+        try:
+            inode = os.stat(self.path).st_ino
+        except OSError:
+            inode = -1
+        kept: tuple[sqlite3.Connection, int] | None = getattr(self._local, "db", None)
+        if kept is not None and kept[1] == inode:
+            db, keep = kept[0], True
+        else:
+            if kept is not None:
+                kept[0].close()
+                self._local.db = None
+            db, mode = open_read_only(self.path)
+            keep = mode == READ_MODES[0] and inode != -1
         try:
             yield db
         except sqlite3.Error as exc:
+            keep = False
             raise StoreError(f"{self.path}: cannot read the jobs catalog: {exc}") from exc
         finally:
-            db.close()
+            if keep:
+                self._local.db = (db, inode)
+            else:
+                self._local.db = None
+                db.close()
 
     def jobs(self, query: JobQuery) -> JobListOut:
         where: list[str] = []
