@@ -21,14 +21,16 @@ def test_a_pass_is_quiet_only_with_every_job_finished_and_nothing_under_way() ->
 
 def test_calm_holds_for_its_window_and_the_same_key_with_every_daemon_alive() -> None:
     c = calm.Calm()
-    assert not c.holds(0.0, ("k",), True)  # never before a first pass
+    assert not c.holds(0.0, ("k",), lambda: True)  # never before a first pass
     c.after_pass(100.0, ("k",), True)
-    assert c.holds(100.5, ("k",), True) and c.holds(100.0 + calm.CALM_POLL_S - 0.01, ("k",), True)
-    assert not c.holds(100.0 + calm.CALM_POLL_S, ("k",), True)  # the window is over: ask Slurm
-    assert not c.holds(100.5, ("k2",), True)  # the state file or the events file changed
-    assert not c.holds(100.5, ("k",), False)  # a slurmd died
+    assert c.holds(100.5, ("k",), lambda: True) and c.holds(
+        100.0 + calm.CALM_POLL_S - 0.01, ("k",), lambda: True
+    )
+    assert not c.holds(100.0 + calm.CALM_POLL_S, ("k",), lambda: True)  # the window is over: ask Slurm
+    assert not c.holds(100.5, ("k2",), lambda: True)  # the state file or the events file changed
+    assert not c.holds(100.5, ("k",), lambda: False)  # a slurmd died
     c.after_pass(101.0, ("k",), False)  # a pass that was not quiet: ask again at the next one
-    assert not c.holds(101.5, ("k",), True)
+    assert not c.holds(101.5, ("k",), lambda: True)
 
 
 def test_a_nudge_changes_the_events_stamp_and_never_fails(tmp_path: Path) -> None:

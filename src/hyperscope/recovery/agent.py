@@ -191,7 +191,10 @@ class Agent:
         ops = self._ops(state)
         assert self._cached is not None  # set by _state()
         key = (self._cached[0], calm.events_stamp(self.dir))
-        daemons = all(ops.daemon_alive(n) for n in state.nodes if n.slurm and n.status == "Running")
+
+        def daemons() -> bool:
+            return all(ops.daemon_alive(n) for n in state.nodes if n.slurm and n.status == "Running")
+
         if not restarts and self.idle.holds(self.clock(), key, daemons):
             return []  # calm: nothing Slurm could say needs this second's look (recovery.calm)
         slurm = ops.slurm()

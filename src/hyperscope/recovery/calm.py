@@ -15,7 +15,7 @@ seen within :data:`CALM_POLL_S`. Light on purpose: the health loop imports it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +65,10 @@ class Calm:
     until: float = 0.0
     key: tuple[object, ...] | None = None
 
-    def holds(self, now: float, key: tuple[object, ...], daemons_alive: bool) -> bool:
-        return now < self.until and key == self.key and daemons_alive
+    def holds(self, now: float, key: tuple[object, ...], daemons_alive: Callable[[], bool]) -> bool:
+        """``daemons_alive`` is asked last, only when the rest holds: a full pass looks at every
+        node's slurmd anyway, so it costs nothing then."""
+        return now < self.until and key == self.key and daemons_alive()
 
     def after_pass(self, now: float, key: tuple[object, ...], is_quiet: bool) -> None:
         self.until, self.key = (now + CALM_POLL_S if is_quiet else 0.0), key
