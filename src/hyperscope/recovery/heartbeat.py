@@ -79,6 +79,8 @@ class Silence:
     rank: int
     last_step: int
     silent_s: float
+    step_ns: int = 0  # its mean step time in the window before its last write (0: none known)
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,7 @@ def read(directory: Path, *, now_ns: int | None = None) -> list[Silence]:
         job, _, rank = entry.name.rpartition(".")
         try:
             b = parse(int(rank), entry.read_text())
-            out.append(Silence(job, b.rank, b.step, (now_ns - b.ts_ns) / 1e9))
+            out.append(Silence(job, b.rank, b.step, (now_ns - b.ts_ns) / 1e9, b.step_ns, b.node))
         except (OSError, ValueError):
             continue  # being replaced this instant, or not ours
     return sorted(out, key=lambda s: -s.silent_s)
