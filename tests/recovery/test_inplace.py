@@ -3,6 +3,7 @@ and real child processes that fail, hang or succeed. On real Slurm: test_restart
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,3 +78,40 @@ def test_a_hung_step_is_ended_and_started_again(tmp_path: Path) -> None:
 def test_the_command_needs_a_step() -> None:
     done = CliRunner().invoke(app, ["restart-in-place"])
     assert done.exit_code != 0
+
+
+def test_a_warm_launcher_forks_a_failed_rank_again_with_its_own_port(tmp_path: Path) -> None:
+    """``hyperscope.recovery.warm`` in a real process: the script fails once, runs again forked
+    from the same launcher (the same parent pid: nothing imported twice), on MASTER_PORT + 1."""
+    runs = tmp_path / "runs"
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys\ne = os.environ\n"
+        "line = [e['HYPERSCOPE_RESTART'], e['MASTER_PORT'], str(os.getppid()), str(sys.argv[1:])]\n"
+        f"open({str(runs)!r}, 'a').write(' '.join(line) + '\\n')\n"
+        "sys.exit(3 if e['HYPERSCOPE_RESTART'] == '0' else 0)\n"
+    )  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "MASTER_PORT": "29400", "PYTHONPATH": ":".join(sys.path)}
+    argv = [
+        sys.executable,
+        "-m",
+        "hyperscope.recovery.warm",
+        "--preload",
+        "json",
+        "--",
+        str(script),
+        "--x",
+        "1",
+    ]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, second = runs.read_text().splitlines()
+    assert first.split(" ", 3)[:2] == ["0", "29400"] and second.split(" ", 3)[:2] == ["1", "29401"]
+    assert first.split(" ", 3)[2] == second.split(" ", 3)[2]  # one launcher forked both
+    assert first.endswith("['--x', '1']")
+    assert "hyperscope warm: rank ? failed (3): warm restart 1 of 3" in done.stdout
+    always = tmp_path / "always.py"
+    always.write_text("import sys; sys.exit(5)\n")
+    gave_up = subprocess.run([*argv[:3], "--max-restarts", "1", "--preload", "", str(always)], env=env,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert gave_up.returncode == 5 and "failed (5), after 1 warm restart(s)" in gave_up.stderr
