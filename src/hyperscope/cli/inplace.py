@@ -20,11 +20,14 @@ def restart_in_place_command(
 ) -> None:
     """Run a job step and, when it fails or hangs, start it again inside the same allocation (its
     ranks reload their checkpoint) instead of a Slurm requeue; a lost node still ends the job for
-    Slurm to requeue. Use `srun --kill-on-bad-exit=1` so one crashed rank ends the step at once.
+    Slurm to requeue. Use `srun --kill-on-bad-exit=1` so one crashed rank ends the step at once,
+    and the warm launcher on each task so a crashed rank is forked again without importing
+    PyTorch again (docs/resilience.md, "Restart in place").
 
     \b
     Example (in an sbatch script):
-      hyperscope restart-in-place --max-restarts 3 -- srun --kill-on-bad-exit=1 python train.py
+      hyperscope restart-in-place --max-restarts 3 -- srun --kill-on-bad-exit=1 \\
+          python -m hyperscope.recovery.warm --max-restarts 3 -- train.py --epochs 10
     """
     from hyperscope.recovery import inplace
 
