@@ -112,7 +112,7 @@ def test_straggler_scores_and_profile_now_on_a_live_cluster(
         logged = [r for r in read_log(Path(state.dir)) if r.get("kind") == "straggler"]
         assert logged and logged[0]["rank"] == rank
         profile = text.split("recording profile ", 1)[1].split(" ", 1)[0]
-        catalog_job = text.split(f"{profile} of ", 1)[1].split(" (ranks", 1)[0]
+        catalog_job = text.split(f"{profile} of the store's job ", 1)[1].split(" (ranks", 1)[0]
         steps = wait_for("both ranks' 3 steps", lambda: (s := _steps(store_home, catalog_job, profile))
                          and all(len(n) == 3 for _, n in s) and len(s) == 2 and s)  # fmt: skip
         assert isinstance(steps, list)

@@ -68,7 +68,7 @@ function speedRow(r: RankSpeed): HTMLElement {
 function captured(job: number, c: CaptureStarted): HTMLElement {
   const ranks = c.ranks.join(", ");
   const text =
-    `Job ${job}: recording profile ${c.profile_id} of ${c.catalog_job} (ranks ${ranks}, ${c.steps} steps from step ` +
+    `Job ${job}: recording profile ${c.profile_id} of the store's job ${c.catalog_job} (ranks ${ranks}, ${c.steps} steps from step ` +
     `${c.start_step}) into ${c.store}. `;
   const open = c.in_this_server
     ? h("a", { href: `#/timeline/${c.profile_id}`, id: "capture-link" }, "Open its timeline")
