@@ -54,13 +54,15 @@ import numpy.typing as npt
 from hyperscope._proc import process_alive
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
-from hyperscope.store.derived import DERIVED_DIR, source_digest
+from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
 from hyperscope.store.profile import Profile
+from hyperscope.timeline import _blocks
 
 log = logging.getLogger("hyperscope.timeline")
 
 I64 = npt.NDArray[np.int64]
 Ints = npt.NDArray[Any]  # an integer column of the narrowest type that holds it
+Column = Any  # an index column: ``Ints`` or ``_blocks.BlockColumn`` (read as arrays are)
 
 #: kinds drawn on a host row (the thread that recorded them)
 HOST_KINDS: Final = (
@@ -87,6 +89,11 @@ CLASSES: Final = 64
 COLUMNS: Final = ("ts", "cum", "name", "kind", "corr", "depth", "src", "perm", "m_ts", "m_name", "m_src")
 #: depth is clipped there (the lanes below it may overlap)
 MAX_DEPTH: Final = 65535
+#: profiles with fewer events than this keep no index on disk: built at the first view (about a
+#: second) and held in memory, since even compressed it would cost them more than their events do
+#: (and break the stored profile's bound of a third of the gzipped JSON); ``HYPERSCOPE_TIMELINE_STORE_MIN``
+STORE_MIN_EVENTS: Final = 1_000_000
+META: Final = "meta.json.zst"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,17 +171,19 @@ class Index:
     names: tuple[str, ...]
     parts: tuple[str, ...]  # part file names, in event-id order
     offsets: tuple[int, ...]  # event id of each part's first row (len parts + 1, last = all rows)
-    ts: I64
-    cum: I64  # len(ts) + 1: durations summed over the earlier events of the index
-    name: Ints
-    kind: npt.NDArray[np.int8]
-    corr: Ints  # -1 where the event has no correlation
-    depth: Ints
-    src: Ints  # event id: row number over the part files, in name order
-    perm: Ints  # relative to the row's start
-    m_ts: I64  # instants
-    m_name: Ints
-    m_src: Ints
+    # each column an array (built in memory, or the earlier layout's memory-mapped ``.npy``) or a
+    # ``_blocks.BlockColumn`` (stored): both read as arrays are, by index, slice or index array
+    ts: Column
+    cum: Column  # len(ts) + 1: durations summed over the earlier events of the index
+    name: Column
+    kind: Column  # int8
+    corr: Column  # -1 where the event has no correlation
+    depth: Column
+    src: Column  # event id: row number over the part files, in name order
+    perm: Column  # relative to the row's start
+    m_ts: Column  # instants
+    m_name: Column
+    m_src: Column
 
     @functools.cached_property
     def by_id(self) -> dict[str, RowInfo]:
@@ -186,7 +195,8 @@ class Index:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the arrays (what the index takes on disk, but the few of the headers)."""
+        """Bytes of the arrays (what the index takes on disk, but the few of the headers; for
+        compressed blocks, their bytes on disk)."""
         return sum(int(getattr(self, c).nbytes) for c in COLUMNS)
 
 
@@ -251,8 +261,10 @@ def _cached(where: Path) -> Index | None:
 
 
 def _mapped(index: Index) -> bool:
-    """Whether the arrays are views of the stored files (``_read``), not arrays of their own."""
-    return isinstance(index.ts.base, np.memmap)
+    """Whether the arrays are read from the stored files (``_read``: compressed blocks, decoded
+    into the process's bounded block cache, or memory-mapped ``.npy`` of the earlier layout), not
+    arrays of their own."""
+    return isinstance(index.ts, _blocks.BlockColumn) or isinstance(getattr(index.ts, "base", None), np.memmap)
 
 
 def _keep(where: Path, index: Index, resident: int) -> None:
@@ -274,14 +286,37 @@ def ready(profile: Profile) -> bool:
 
 
 def _ready(where: Path) -> bool:
-    return where in _CACHE or (where / "meta.json").is_file()
+    return where in _CACHE or (where / META).is_file() or (where / "meta.json").is_file()
+
+
+def store_min_events() -> int:
+    """Profiles with fewer events keep no index on disk (``STORE_MIN_EVENTS``, else the variable)."""
+    try:
+        return int(os.environ.get("HYPERSCOPE_TIMELINE_STORE_MIN", STORE_MIN_EVENTS))
+    except ValueError:
+        return STORE_MIN_EVENTS
+
+
+def worth_storing(profile: Profile) -> bool:
+    """Whether the profile is large enough for its index to be kept on disk (``STORE_MIN_EVENTS``:
+    a smaller one is built in memory at its first view, in about a second)."""
+    import pyarrow.parquet as pq
+
+    try:
+        events = int(sum(pq.ParquetFile(p).metadata.num_rows for p in _parts(profile)))
+    except (OSError, ValueError):
+        return True
+    return events >= store_min_events()
 
 
 def store(profile: Profile) -> bool:
-    """Build the profile's index and keep it beside the profile, unless it is there already (what
-    import and the end of a capture do, so that the first view reads it from disk). False where the
-    store is read-only: the first view then builds it in memory. Nothing is kept in this process."""
+    """Build the profile's index and keep it beside the profile, unless it is there already or the
+    profile is too small to be worth it (what import and the end of a capture do, so that the first
+    view of a large profile reads it from disk). False where the store is read-only or the profile
+    small: the first view then builds it in memory. Nothing is kept in this process."""
     where = index_dir(profile)
+    if not worth_storing(profile):
+        return False
     with _lock(where):
         return _ready(where) or _build_into(profile, where) is not None
 
@@ -300,7 +335,8 @@ def _build_into(
         log.debug("hyperscope: the timeline index of %s is kept in memory: %s", where, exc)
         return None
     try:
-        index = build(profile, tmp, progress)
+        build(profile, tmp, progress)
+        pack(tmp)
         for old in where.parent.glob("timeline-*"):  # indexes of older code or fewer parts
             if old != where:
                 shutil.rmtree(old, ignore_errors=True)
@@ -310,8 +346,23 @@ def _build_into(
         return None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    found = _read(where)
-    return found if found is not None else index
+    return _read(where)
+
+
+def pack(where: Path) -> None:
+    """Turn the ``.npy`` columns and ``meta.json`` a build wrote into ``where`` into compressed
+    blocks (``<column>.blk``, see ``_blocks``) and ``meta.json.zst`` with their directory. The
+    columns are read memory-mapped, a block at a time: memory stays bounded whatever the size."""
+    meta = json.loads((where / "meta.json").read_text())
+    columns: dict[str, Any] = {}
+    for c in COLUMNS:
+        values = np.load(where / f"{c}.npy", mmap_mode="r")
+        columns[c] = _blocks.write_column(where / f"{c}.blk", values, c)
+        del values
+        (where / f"{c}.npy").unlink()
+    meta["columns"] = columns
+    write_packed(where / META, json.dumps(meta, separators=(",", ":")).encode())
+    (where / "meta.json").unlink()
 
 
 def _remove_abandoned(derived: Path) -> None:
@@ -324,16 +375,24 @@ def _remove_abandoned(derived: Path) -> None:
 
 
 def _build_and_store(profile: Profile, where: Path, progress: Callable[[float], None] | None) -> Index:
-    """Built and stored; in memory where the store is read-only."""
-    index = _build_into(profile, where, progress)
+    """Built and stored; in memory where the store is read-only or the profile small."""
+    index = _build_into(profile, where, progress) if worth_storing(profile) else None
     return index if index is not None else build(profile, progress=progress)
 
 
 def _read(where: Path) -> Index | None:
+    """The stored index: compressed blocks (``meta.json.zst``), or the ``.npy`` columns earlier
+    versions wrote (``meta.json``), memory-mapped; None when there is none or it is not whole."""
     try:
-        meta = json.loads((where / "meta.json").read_text())
-        # plain arrays over the mapped files: slicing a memmap costs a Python call, hundreds a tile
-        arrays = {c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS}
+        if (where / META).is_file():
+            meta = json.loads(read_packed(where / META))
+            arrays: dict[str, Any] = {
+                c: _blocks.BlockColumn(where / f"{c}.blk", c, meta["columns"][c]) for c in COLUMNS
+            }
+        else:
+            meta = json.loads((where / "meta.json").read_text())
+            # plain arrays over the mapped files: slicing a memmap costs a Python call, hundreds a tile
+            arrays = {c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS}
         rows = tuple(
             RowInfo(
                 **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}

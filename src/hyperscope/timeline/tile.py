@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hyperscope.errors import UsageError
-from hyperscope.timeline.index import CLASSES, KINDS, Index, RowInfo
+from hyperscope.timeline._blocks import searchsorted
+from hyperscope.timeline.index import CLASSES, KINDS, Column, Index, RowInfo
 
 I64 = npt.NDArray[np.int64]
 
@@ -190,6 +191,17 @@ def _wide_count(index: Index, pairs: _Ranges, thr: float) -> int:
     return n
 
 
+def _covered_at(ts: Column, cum: Column, lo: int, hi: int, x: I64) -> I64:
+    """``_covered`` of the index's events ``[lo, hi)`` (one depth of one row), read through the
+    columns themselves: for stored blocks, only those where ``x`` falls are decoded."""
+    j = searchsorted(ts, lo, hi, x, side="right")
+    k = np.maximum(j - 1, lo)
+    c0 = np.asarray(cum[k], dtype=np.int64)
+    dur = np.asarray(cum[k + 1], dtype=np.int64) - c0
+    gap = x - np.asarray(ts[k], dtype=np.int64)
+    return np.where(j > lo, c0 + np.minimum(gap, dur), np.int64(cum[lo]))
+
+
 def _covered(ts: npt.NDArray[Any], cum: npt.NDArray[Any], x: I64) -> I64:
     """Time covered by non-overlapping events (sorted by start) before each instant of ``x``, plus
     ``cum[0]``; ``cum`` (one longer than ``ts``) holds their summed durations (``cum[i + 1] -
@@ -242,13 +254,12 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
             lo, hi = info.depth_starts[d], info.depth_starts[d + 1]
             if lo == hi:
                 continue
-            s_ts, s_cum = index.ts[lo:hi], index.cum[lo : hi + 1]
-            a, b = np.searchsorted(s_ts, edges[[0, -1]], side="left").tolist()
-            if a == b and (a == 0 or s_ts[a - 1] + (s_cum[a] - s_cum[a - 1]) <= t0):
+            a, b = searchsorted(index.ts, lo, hi, edges[[0, -1]], side="left").tolist()
+            if a == b and (a == lo or index.ts[a - 1] + (index.cum[a] - index.cum[a - 1]) <= t0):
                 continue  # nothing of this depth in the window
-            starts = np.searchsorted(s_ts, edges, side="left")
+            starts = searchsorted(index.ts, lo, hi, edges, side="left")
             count = np.diff(starts)
-            busy = np.diff(_covered(s_ts, s_cum, edges))
+            busy = np.diff(_covered_at(index.ts, index.cum, lo, hi, edges))
             w = idx[wide_depth == d]
             if len(w):
                 w_ts, w_dur = index.ts[w], index.dur[w]
@@ -309,7 +320,7 @@ def _marks(
     for r, info in enumerate(infos):
         if info.m_stop == info.m_start:
             continue
-        starts = np.searchsorted(index.m_ts[info.m_start : info.m_stop], edges, side="left")
+        starts = searchsorted(index.m_ts, info.m_start, info.m_stop, edges, side="left") - info.m_start
         count = np.diff(starts)
         cols = np.flatnonzero(count)
         rows.append(np.full(len(cols), r, np.uint16))
