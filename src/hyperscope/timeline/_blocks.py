@@ -131,9 +131,13 @@ def decode_block(raw: bytes, n: int, entry: list[int], delta: bool, dtype: np.dt
 
     _, lo, first, size = entry
     plain = pa.Codec("zstd").decompress(raw, n * size, asbytes=True)
-    width = np.dtype(f"u{size}")
-    narrow = np.frombuffer(plain, dtype=np.uint8).reshape(size, n).T.copy().view(width).reshape(n)
-    v = narrow.astype(np.int64) + np.int64(lo)
+    # the byte planes put back together by shifts (contiguous, several times faster than a
+    # transposed copy); bits past 2^63 wrap, as the minimum added after does: exact modulo 2^64
+    planes = np.frombuffer(plain, dtype=np.uint8).reshape(size, n)
+    v = planes[0].astype(np.int64)
+    for j in range(1, size):
+        v |= planes[j].astype(np.int64) << np.int64(8 * j)
+    v += np.int64(lo)
     if delta and n:
         v[0] = first
         v = np.cumsum(v)
@@ -239,14 +243,7 @@ class BlockColumn:
         if not len(idx):
             return out
         which = idx // self.B
-        if int(which.min()) == int(which.max()):
-            k = int(which[0])
-            return self.block(k)[idx - k * self.B]
-        order = np.argsort(which, kind="stable")
-        sorted_blocks = which[order]
-        cuts = np.flatnonzero(np.diff(sorted_blocks)) + 1
-        for group in np.split(order, cuts):
-            k = int(which[group[0]])
+        for k, group in _groups(which):
             out[group] = self.block(k)[idx[group] - k * self.B]
         return out
 
@@ -288,12 +285,28 @@ class BlockColumn:
         # the blocks after b0 start inside the range: their first values are sorted too
         which = b0 + np.searchsorted(self._firsts[b0 + 1 : b1 + 1], values, side=side)  # type: ignore[call-overload]
         out = np.empty(values.shape, dtype=np.int64)
-        for k in np.unique(which).tolist():
+        for k, sel in _groups(which):
             a, b = max(lo, k * self.B), min(hi, (k + 1) * self.B)
-            sel = which == k
             part = self.block(k)[a - k * self.B : b - k * self.B]
             out[sel] = np.searchsorted(part, values[sel], side=side) + a  # type: ignore[call-overload]
         return out
+
+
+def _groups(which: npt.NDArray[np.int64]) -> list[tuple[int, Any]]:
+    """The positions of ``which`` (block numbers) grouped by block: slices where ``which`` is
+    sorted (what tiles ask: edges and positions in order), index arrays otherwise."""
+    if len(which) == 0:
+        return []
+    first, last = int(which[0]), int(which[-1])
+    if first == last and (len(which) < 3 or bool((which == first).all())):
+        return [(first, slice(None))]
+    if bool((which[1:] >= which[:-1]).all()):
+        cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(which)]
+        return [(int(which[a]), slice(a, b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    order = np.argsort(which, kind="stable")
+    ranked = which[order]
+    cuts = [0, *(np.flatnonzero(ranked[1:] != ranked[:-1]) + 1).tolist(), len(which)]
+    return [(int(ranked[a]), order[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 def searchsorted(
