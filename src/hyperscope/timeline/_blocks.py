@@ -17,6 +17,7 @@ most that much of them, whatever their size.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections import OrderedDict
@@ -141,7 +142,8 @@ def decode_block(raw: bytes, n: int, entry: list[int], delta: bool, dtype: np.dt
     if delta and n:
         v[0] = first
         v = np.cumsum(v)
-    return v.astype(dtype, copy=False)
+    out: npt.NDArray[Any] = v.astype(dtype, copy=False)
+    return out
 
 
 def write_column(path: Path, values: npt.NDArray[Any], name: str) -> dict[str, Any]:
@@ -261,11 +263,14 @@ class BlockColumn:
             return self.block(i // self.B)[i % self.B]
         idx = np.asarray(key)
         if idx.dtype == np.bool_:
+            if idx.shape != (self.n,):
+                raise IndexError(f"a mask of {idx.shape} for {self.n} entries")
             idx = np.flatnonzero(idx)
+        shape = idx.shape
         idx = idx.astype(np.int64, copy=False).reshape(-1)
         if len(idx) and (int(idx.min()) < -self.n or int(idx.max()) >= self.n):
             raise IndexError(f"an index is out of bounds for {self.n} entries")
-        return self._take(np.where(idx < 0, idx + self.n, idx)).reshape(np.shape(key))
+        return self._take(np.where(idx < 0, idx + self.n, idx)).reshape(shape)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
         out = self._slice(0, self.n)
@@ -302,11 +307,11 @@ def _groups(which: npt.NDArray[np.int64]) -> list[tuple[int, Any]]:
         return [(first, slice(None))]
     if bool((which[1:] >= which[:-1]).all()):
         cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(which)]
-        return [(int(which[a]), slice(a, b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        return [(int(which[a]), slice(a, b)) for a, b in itertools.pairwise(cuts)]
     order = np.argsort(which, kind="stable")
     ranked = which[order]
     cuts = [0, *(np.flatnonzero(ranked[1:] != ranked[:-1]) + 1).tolist(), len(which)]
-    return [(int(ranked[a]), order[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    return [(int(ranked[a]), order[a:b]) for a, b in itertools.pairwise(cuts)]
 
 
 def searchsorted(
