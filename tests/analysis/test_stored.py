@@ -85,7 +85,7 @@ def test_hyperscope_import_precomputes(tmp_path: Path, monkeypatch: pytest.Monke
     assert stored.load_dashboard(profile) is not None
     # the timeline index too: a fresh load (another process, here a cleared cache) reads it from disk
     where = tl.index.index_dir(profile)
-    assert (where / "meta.json").is_file()
+    assert (where / tl.index.META).is_file()
     before = {p.name: p.stat().st_mtime_ns for p in where.iterdir()}
 
     def no_build(*args: object, **kwargs: object) -> None:
@@ -132,6 +132,6 @@ def test_precompute_keeps_the_index_once(home: Path, monkeypatch: pytest.MonkeyP
     with Store(home) as store:
         profile = store.profile("h200-transformer")
     where = tl.index.index_dir(profile)
-    assert (where / "meta.json").is_file() and where.parent.name == "derived"
+    assert (where / tl.index.META).is_file() and where.parent.name == "derived"
     monkeypatch.setattr(tl.index, "build", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rebuilt")))
     assert stored.precompute_timeline(profile) is not None  # there already: nothing to do

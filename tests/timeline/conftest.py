@@ -14,14 +14,6 @@ REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "tests" / "data" / "h200_capture" / "profiles" / "13d6a1a68216d320"
 
 
-@pytest.fixture(autouse=True)
-def stored_in_small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every index of these tests is stored (the profiles are far under ``STORE_MIN_EVENTS``), in
-    blocks of 256 entries, so that searches and slices cross block boundaries."""
-    monkeypatch.setenv("HYPERSCOPE_TIMELINE_STORE_MIN", "0")
-    monkeypatch.setenv("HYPERSCOPE_TIMELINE_BLOCK", "256")
-
-
 @pytest.fixture(scope="session")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Profile:
     """4 ranks on 2 nodes, nested host events (steps around launches), one kernel inside another."""
