@@ -33,6 +33,7 @@ per event are multiplied by the event count.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -71,6 +72,9 @@ def json_bytes_per_event(root: Path) -> float:
 
 
 def run(millions: float, width: int, positions: int, root: Path) -> dict[str, Any]:
+    # stored whatever its size (below STORE_MIN_EVENTS a server holds the index in memory): the
+    # blocks are what is measured
+    os.environ.setdefault("HYPERSCOPE_TIMELINE_STORE_MIN", "0")
     per_step = spec(1).events_per_rank * RANKS
     steps = max(1, round(millions * 1e6 / per_step))
     started = time.perf_counter()

@@ -3,8 +3,12 @@
 A tile must answer in milliseconds whatever the zoom, and the Parquet store is sorted by
 ``(rank, pid, tid, kind, ts_ns)``, which mixes the kinds of one thread and knows nothing of nesting.
 So once per profile (at import, at the end of a capture, or at first view) the events are read once
-and kept beside the profile in ``<profile>/derived/timeline-<digest>/`` as plain ``.npy`` columns
-that later processes memory-map:
+and arranged in the columns below. A profile of ``STORE_MIN_EVENTS`` or more keeps them beside it
+in ``<profile>/derived/timeline-<digest>/`` as compressed blocks (``_blocks``: ``<column>.blk`` and
+``meta.json.zst``, about 0.1-2 bytes an event against 32 as plain arrays) that a later process
+decodes a block at a time, only where its tiles look; a smaller one is built at its first view and
+held in memory (about a second; stored, even compressed, it would outweigh its events). The
+``.npy`` columns of earlier versions still read (memory-mapped):
 
 - rows: one per host thread (``host/<rank>/<pid>/<tid>``) and per GPU stream
   (``stream/<rank>/<device>/<stream>``); within a row events are sorted by ``(depth, ts_ns)``, where
@@ -22,8 +26,8 @@ that later processes memory-map:
   row, sorted by ``(ts, id)``, for the tiles' marks. A row may hold only instants (no events).
 
 Each column takes the narrowest integer type its values fit (``name`` uint16 below 65,536 names,
-``corr`` int32, ``depth`` uint8 up to 255 levels, ``src`` and ``perm`` uint32), written in the
-``.npy`` header itself; ``ts`` and ``cum`` are int64. An event's id (``src``) is its row number in
+``corr`` int32, ``depth`` uint8 up to 255 levels, ``src`` and ``perm`` uint32), kept in the blocks'
+directory; ``ts`` and ``cum`` are int64. An event's id (``src``) is its row number in
 the profile's part files taken in name order (``offsets`` in ``meta.json`` says where each part
 begins): below 2^53, so JSON-safe, and stable for a given index.
 
@@ -201,8 +205,9 @@ class Index:
 
 
 #: indexes kept in this process, least recently used first, with the bytes each holds in memory:
-#: one read from disk is memory-mapped (its pages are the OS's file cache: 0 counted), one built
-#: in memory (a read-only store) holds all its arrays, ~32 bytes an event. A server looking through
+#: one read from disk holds its directory only (its decoded blocks are ``_blocks.CACHE``'s, bounded
+#: on their own; 0 counted), one built in memory (a small profile, a read-only store) holds all its
+#: arrays, ~32 bytes an event. A server looking through
 #: many profiles of a read-only store would otherwise keep every one it ever drew.
 _CACHE: OrderedDict[Path, tuple[Index, int]] = OrderedDict()
 #: at most this many indexes kept, and this many bytes of those built in memory

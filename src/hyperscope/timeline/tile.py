@@ -191,13 +191,19 @@ def _wide_count(index: Index, pairs: _Ranges, thr: float) -> int:
     return n
 
 
+def _end_of(index: Index, i: int) -> int:
+    c = index.cum[i : i + 2]
+    return int(index.ts[i]) + int(c[1]) - int(c[0])
+
+
 def _covered_at(ts: Column, cum: Column, lo: int, hi: int, x: I64) -> I64:
     """``_covered`` of the index's events ``[lo, hi)`` (one depth of one row), read through the
     columns themselves: for stored blocks, only those where ``x`` falls are decoded."""
     j = searchsorted(ts, lo, hi, x, side="right")
     k = np.maximum(j - 1, lo)
-    c0 = np.asarray(cum[k], dtype=np.int64)
-    dur = np.asarray(cum[k + 1], dtype=np.int64) - c0
+    both = np.asarray(cum[np.concatenate([k, k + 1])], dtype=np.int64)  # one read, not two
+    c0 = both[: len(k)]
+    dur = both[len(k) :] - c0
     gap = x - np.asarray(ts[k], dtype=np.int64)
     return np.where(j > lo, c0 + np.minimum(gap, dur), np.int64(cum[lo]))
 
@@ -237,25 +243,29 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
     ev_parts: list[I64] = []
     ev_rows: list[int] = []
     bins: list[tuple[int, int, npt.NDArray[np.intp], I64, I64]] = []
+    # the candidates of every row at once (one read of each column, not one per (row, class))
+    lengths = pairs.hi - pairs.lo
+    at = np.repeat(pairs.lo - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+    cand = np.repeat(pairs.base, lengths) + np.asarray(index.perm[at], dtype=np.int64)
+    cand_row = np.repeat(pairs.row, lengths)
+    ts, dur = np.asarray(index.ts[cand], dtype=np.int64), index.dur[cand]
+    keep = (dur >= thr) & (ts < t1) & (ts + dur > t0)
+    cand, cand_row = cand[keep], cand_row[keep]
+    by_row = np.lexsort((cand, cand_row))  # per row, in index order: (depth, ts)
+    cand, cand_row = cand[by_row], cand_row[by_row]
+    row_cuts = np.searchsorted(cand_row, np.arange(len(infos) + 1))
+    cand_depth = np.asarray(index.depth[cand], dtype=np.int64)
     for r, info in enumerate(infos):
-        mine = np.flatnonzero(pairs.row == r).tolist()
-        idx = (
-            np.concatenate([pairs.base[p] + index.perm[pairs.lo[p] : pairs.hi[p]] for p in mine])
-            if mine
-            else np.zeros(0, np.int64)
-        ).astype(np.int64)
-        ts, dur = index.ts[idx], index.dur[idx]
-        keep = (dur >= thr) & (ts < t1) & (ts + dur > t0)
-        idx = np.sort(idx[keep])  # index order: (depth, ts)
+        idx = cand[row_cuts[r] : row_cuts[r + 1]]
         ev_parts.append(idx)
         ev_rows.append(len(idx))
-        wide_depth = index.depth[idx]
+        wide_depth = cand_depth[row_cuts[r] : row_cuts[r + 1]]
         for d in range(info.depths):
             lo, hi = info.depth_starts[d], info.depth_starts[d + 1]
             if lo == hi:
                 continue
             a, b = searchsorted(index.ts, lo, hi, edges[[0, -1]], side="left").tolist()
-            if a == b and (a == lo or index.ts[a - 1] + (index.cum[a] - index.cum[a - 1]) <= t0):
+            if a == b and (a == lo or _end_of(index, a - 1) <= t0):
                 continue  # nothing of this depth in the window
             starts = searchsorted(index.ts, lo, hi, edges, side="left")
             count = np.diff(starts)
