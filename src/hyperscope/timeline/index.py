@@ -7,7 +7,7 @@ and arranged in the columns below. A profile of ``STORE_MIN_EVENTS`` or more kee
 in ``<profile>/derived/timeline-<digest>/`` as compressed blocks (``_blocks``: ``<column>.blk`` and
 ``meta.json.zst``, about 0.1-2 bytes an event against 32 as plain arrays) that a later process
 decodes a block at a time, only where its tiles look; a smaller one is built at its first view and
-held in memory (about a second; stored, even compressed, it would outweigh its events). The
+held in memory (about a second; stored, even compressed, it weighs about as much as its events). The
 ``.npy`` columns of earlier versions still read (memory-mapped):
 
 - rows: one per host thread (``host/<rank>/<pid>/<tid>``) and per GPU stream
@@ -94,8 +94,9 @@ COLUMNS: Final = ("ts", "cum", "name", "kind", "corr", "depth", "src", "perm", "
 #: depth is clipped there (the lanes below it may overlap)
 MAX_DEPTH: Final = 65535
 #: profiles with fewer events than this keep no index on disk: built at the first view (about a
-#: second) and held in memory, since even compressed it would cost them more than their events do
-#: (and break the stored profile's bound of a third of the gzipped JSON); ``HYPERSCOPE_TIMELINE_STORE_MIN``
+#: second) and held in memory, since even compressed it weighs about as much as their events (on
+#: the shared traces, 0.85-1.0 times: the stored profile would break its bound of a third of the
+#: gzipped JSON; bench/README.md, "Storage"); ``HYPERSCOPE_TIMELINE_STORE_MIN``
 STORE_MIN_EVENTS: Final = 1_000_000
 META: Final = "meta.json.zst"
 
