@@ -198,7 +198,7 @@ def test_columns_take_the_narrowest_type(generated: Profile) -> None:
     types = {c: getattr(index, c).dtype.str for c in tl.index.COLUMNS}
     assert types == {
         "ts": "<i8", "cum": "<i8", "name": "<u2", "kind": "|i1", "corr": "<i4", "depth": "|u1",
-        "src": "<u4", "perm": "<u4", "m_ts": "<i8", "m_name": "<u2", "m_src": "<u4",
+        "src": "<u4", "perm": "<u4", "pts": "<i8", "m_ts": "<i8", "m_name": "<u2", "m_src": "<u4",
     }  # fmt: skip
     n = len(index.ts)
     # compressed on disk: far under the 32 bytes an event of the plain columns

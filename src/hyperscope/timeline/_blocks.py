@@ -33,7 +33,7 @@ import numpy.typing as npt
 BLOCK: Final = 1 << 16
 ZSTD_LEVEL: Final = 9
 #: columns coded as differences of consecutive entries (they grow within a row's level)
-DELTA: Final = frozenset({"ts", "cum", "m_ts", "src", "m_src"})
+DELTA: Final = frozenset({"ts", "cum", "pts", "m_ts", "src", "m_src"})
 #: columns sorted within the ranges the tiles search: their blocks' first values are kept apart
 SORTED: Final = frozenset({"ts", "m_ts"})
 _WIDTHS: Final = (np.uint8, np.uint16, np.uint32, np.uint64)

@@ -21,7 +21,9 @@ held in memory (about a second; stored, even compressed, it weighs about as much
 - ``perm``: the row's events again (positions relative to the row's start), grouped by duration
   class ``floor(log2(dur))`` and sorted by start within a class, so the events wider than a pixel
   are found by binary search in the classes that can hold them (all of a tile's (row, class)
-  searches at once, ``tile._class_ranges``), never by scanning the small ones;
+  searches at once, ``tile._class_ranges``), never by scanning the small ones; ``pts``, the start
+  times in that order, so that those searches read one column where they search (compressed, a
+  search through ``ts[perm]`` would decode a block of ``ts`` per probe);
 - instants (``ph`` ``i``/``I``, not ``[memory]`` or counters): ``m_ts``, ``m_name``, ``m_src`` per
   row, sorted by ``(ts, id)``, for the tiles' marks. A row may hold only instants (no events).
 
@@ -90,7 +92,20 @@ KINDS: Final[tuple[str, ...]] = tuple(str(k) for k in (*HOST_KINDS, *DEVICE_KIND
 NOT_MARKS: Final = (EventKind.MEMORY, EventKind.COUNTER)
 #: duration classes: floor(log2(dur_ns)), 0 for 0 and 1 ns
 CLASSES: Final = 64
-COLUMNS: Final = ("ts", "cum", "name", "kind", "corr", "depth", "src", "perm", "m_ts", "m_name", "m_src")
+COLUMNS: Final = (
+    "ts",
+    "cum",
+    "name",
+    "kind",
+    "corr",
+    "depth",
+    "src",
+    "perm",
+    "pts",
+    "m_ts",
+    "m_name",
+    "m_src",
+)
 #: depth is clipped there (the lanes below it may overlap)
 MAX_DEPTH: Final = 65535
 #: profiles with fewer events than this keep no index on disk: built at the first view (about a
@@ -186,6 +201,7 @@ class Index:
     depth: Column
     src: Column  # event id: row number over the part files, in name order
     perm: Column  # relative to the row's start
+    pts: Column  # ts[start + perm]: the starts in class order, what the tiles' bisections read
     m_ts: Column  # instants
     m_name: Column
     m_src: Column
@@ -398,7 +414,9 @@ def _read(where: Path) -> Index | None:
         else:
             meta = json.loads((where / "meta.json").read_text())
             # plain arrays over the mapped files: slicing a memmap costs a Python call, hundreds a tile
-            arrays = {c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS}
+            arrays = {
+                c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS if c != "pts"
+            }
         rows = tuple(
             RowInfo(
                 **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}
@@ -406,9 +424,19 @@ def _read(where: Path) -> Index | None:
             for r in meta["rows"]
         )
         names, parts, offsets = tuple(meta["names"]), tuple(meta["parts"]), tuple(meta["offsets"])
-    except (OSError, ValueError, KeyError, TypeError):
+        if "pts" not in arrays:  # the .npy layout has no pts: computed (one pass, in memory)
+            arrays["pts"] = _starts_by_class(arrays["ts"], arrays["perm"], rows)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     return Index(rows=rows, names=names, parts=parts, offsets=offsets, **arrays)
+
+
+def _starts_by_class(ts: Ints, perm: Ints, rows: tuple[RowInfo, ...]) -> I64:
+    """``pts`` of an index stored without it: each row's starts taken in ``perm``'s order."""
+    out = np.empty(len(perm), dtype=np.int64)
+    for r in rows:
+        out[r.start : r.stop] = ts[r.start + np.asarray(perm[r.start : r.stop], dtype=np.int64)]
+    return out
 
 
 def span(index: Index) -> tuple[int, int]:

@@ -172,7 +172,7 @@ def _lower_bound(index: Index, base: I64, lo: I64, hi: I64, target: I64) -> I64:
             return lo
         mid = (lo + hi) >> 1
         probe = np.where(active, mid, first)  # a valid position of the pair's own row
-        key = index.ts[base + index.perm[probe]]
+        key = index.pts[probe]  # = ts[base + perm[probe]], one column read where it is searched
         right = active & (key < target)
         lo = np.where(right, mid + 1, lo)
         hi = np.where(active & ~right, mid, hi)
