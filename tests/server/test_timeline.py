@@ -244,4 +244,4 @@ def test_rows_answer_202_with_progress_while_the_index_is_built(tmp_path: Path) 
             time.sleep(0.02)
         assert r.status_code == 200 and r.json()["root"]["children"]
         assert seen == sorted(seen) and all(0 <= x <= 1 for x in seen)
-    assert tl.index.ready(profile) and (tl.index.index_dir(profile) / "meta.json").is_file()
+    assert tl.index.ready(profile) and (tl.index.index_dir(profile) / tl.index.META).is_file()

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hyperscope.errors import UsageError
+from hyperscope.timeline._blocks import searchsorted
 from hyperscope.timeline.index import KINDS, Index
 
 __all__ = ["range_stats"]
@@ -49,10 +50,11 @@ class _Acc:
 
 def _overlapping(index: Index, lo: int, hi: int, t0: int, t1: int, acc: _Acc) -> int:
     """Adds the events of ``[lo, hi)`` (one depth of one row) that overlap [t0, t1) to ``acc``;
-    returns their time inside it. Contiguous slices only: the index is memory-mapped."""
-    ts = index.ts[lo:hi]
-    first = max(int(np.searchsorted(ts, t0, side="left")) - 1, 0)  # one may start before t0
-    last = int(np.searchsorted(ts, t1, side="left"))
+    returns their time inside it. Contiguous slices only, found by searches that decode only the
+    blocks where the window's ends fall (``_blocks``)."""
+    found = searchsorted(index.ts, lo, hi, np.asarray([t0, t1], dtype=np.int64), side="left") - lo
+    first = max(int(found[0]) - 1, 0)  # one may start before t0
+    last = int(found[1])
     if last <= first:
         return 0
     a, b = lo + first, lo + last
