@@ -54,8 +54,9 @@ def _device_columns(ctx: Prepared) -> dict[str, Any]:
 def _first_launches(ctx: Prepared, rank: I64, corr: I64) -> I64:
     """Earliest runtime/driver call in scope with each (rank, correlation); ``_NO_CORR`` if none.
 
-    The calls are read as columns and sorted by (rank, correlation) once; each wanted pair is then
-    a binary search (a DuckDB join of a million pairs against every call cost twice as much)."""
+    The calls are read as columns into a table by (rank, correlation) (``_dense_table``), or where
+    the ids are too sparse for one, sorted by (rank, correlation) once, each wanted pair then a
+    binary search (a DuckDB join of a million pairs against every call cost twice as much)."""
     out = np.full(len(rank), _NO_CORR, dtype=np.int64)
     want = np.flatnonzero(corr != _NO_CORR)
     if len(want) == 0:
@@ -72,6 +73,10 @@ def _first_launches(ctx: Prepared, rank: I64, corr: I64) -> I64:
     if len(lr) == 0:
         return out
     wr, wc = rank[want], corr[want]
+    table = _dense_table(lr, lc, lt, wr, wc)
+    if table is not None:
+        out[want] = table
+        return out
     lc, wc = _dense(lc, wc, 40)
     lr, wr = _dense(lr, wr, 22)
     lk, wk = (lr << 40) | lc, (wr << 40) | wc  # (rank, correlation) packed into one int64 key
@@ -83,6 +88,25 @@ def _first_launches(ctx: Prepared, rank: I64, corr: I64) -> I64:
     found = keys[at] == wk
     out[want[found]] = earliest[at[found]]
     return out
+
+
+def _dense_table(lr: I64, lc: I64, lt: I64, wr: I64, wc: I64) -> I64 | None:
+    """The earliest call of each wanted (rank, correlation) through a table indexed by both (no
+    sort: correlation ids are small counters, so the table is about as long as the calls); None
+    where the ids are too sparse for one."""
+    r0, c0 = int(lr.min()), int(lc.min())
+    rn, cn = int(lr.max()) - r0 + 1, int(lc.max()) - c0 + 1
+    if rn * cn > 4 * len(lr) + (1 << 20):
+        return None
+    none = np.iinfo(np.int64).max
+    earliest = np.full(rn * cn, none, dtype=np.int64)
+    np.minimum.at(earliest, (lr - r0) * cn + (lc - c0), lt)
+    inside = (wr >= r0) & (wr < r0 + rn) & (wc >= c0) & (wc < c0 + cn)
+    found = np.full(len(wr), _NO_CORR, dtype=np.int64)
+    at = np.flatnonzero(inside)
+    got = earliest[(wr[at] - r0) * cn + (wc[at] - c0)]
+    found[at] = np.where(got == none, _NO_CORR, got)
+    return found
 
 
 def _dense(have: I64, want: I64, bits: int) -> tuple[I64, I64]:
@@ -183,11 +207,15 @@ def _compute(ctx: Prepared, width: int, short: int) -> GpuPass:
     length[gp[1:] != gp[:-1]] = 0
     sc, sg = c[:-1], gp[:-1]
     groups = len(pairs)
-    slot = sg * 8  # the bincount slot of (GPU, state): the OR of the kinds with a count above zero
-    for i, b in enumerate(_BITS):
-        slot += (((sc >> (20 * i)) & _MASK) != 0) * b
+    # the bincount slot of (GPU, state): the OR of the kinds with a count above zero (a byte per
+    # segment for the state: passes over int64 arrays of 2n segments are what this costs)
+    state = ((sc & _MASK) != 0).view(np.uint8)
+    state |= (((sc >> 20) & _MASK) != 0).view(np.uint8) << 1
+    state |= ((sc >> 40) != 0).view(np.uint8) << 2  # the memory count is the top bits (sc >= 0)
+    slot = sg * 8
+    slot += state
     by_state = np.bincount(slot, weights=length, minlength=groups * 8).reshape(groups, 8)
-    del slot
+    del slot, state
     idle = np.flatnonzero((sc == 0) & (length > 0))
     nxt = order[idle + 1]  # the point that ends each idle gap: a start (an op's)
     la = np.full(len(idle), _NO_CORR, dtype=np.int64)
