@@ -203,10 +203,11 @@ def _compute(ctx: Prepared, width: int, short: int) -> GpuPass:
     order, gp, t, d = _sorted_points(g, s, t_end, k)
     c = np.cumsum(d)  # each GPU's points end at zero
     # segment i: from point i to point i + 1, of no length where the next point is another GPU's
-    length = np.diff(t)
-    length[gp[1:] != gp[:-1]] = 0
-    sc, sg = c[:-1], gp[:-1]
     groups = len(pairs)
+    bounds = np.searchsorted(gp, np.arange(groups + 1))  # gp is sorted: where each GPU's points begin
+    length = np.diff(t)
+    length[bounds[1:-1] - 1] = 0
+    sc, sg = c[:-1], gp[:-1]
     # the bincount slot of (GPU, state): the OR of the kinds with a count above zero (a byte per
     # segment for the state: passes over int64 arrays of 2n segments are what this costs)
     state = ((sc & _MASK) != 0).view(np.uint8)
@@ -228,17 +229,20 @@ def _compute(ctx: Prepared, width: int, short: int) -> GpuPass:
     gid = sg[idle] * 3 + cause
     gap_n = np.bincount(gid, minlength=groups * 3).reshape(groups, 3)
     gap_ns = np.bincount(gid, weights=gap_len, minlength=groups * 3).reshape(groups, 3)
-    busy = _buckets(gp, t, np.where(sc != 0, length, 0), groups, lo, width)
+    length[sc == 0] = 0  # what is left of it is busy time (the idle gaps were read above)
+    busy = _buckets(bounds, t, length, groups, lo, width)
     return _answer(ctx, pairs, by_state, gap_n, gap_ns, busy, width, short)
 
 
-def _buckets(gp: I64, t: I64, busy_len: I64, groups: int, lo: int, width: int) -> dict[int, dict[int, int]]:
+def _buckets(
+    bounds: I64, t: I64, busy_len: I64, groups: int, lo: int, width: int
+) -> dict[int, dict[int, int]]:
     """Busy ns per GPU and bucket start, from the busy time before each point: the busy time up to
     a bucket edge is that before the last point at or before it, plus the part of its segment
     (a few hundred binary searches, not one division per segment)."""
     busy_len = np.r_[busy_len, 0]  # per point: the busy length of the segment it starts
-    before = np.r_[0, np.cumsum(busy_len)]  # busy time before point i (all GPUs: offsets cancel)
-    bounds = np.r_[0, np.flatnonzero(gp[1:] != gp[:-1]) + 1, len(gp)]
+    before = np.zeros(len(busy_len) + 1, dtype=np.int64)  # busy time before point i (offsets cancel)
+    np.cumsum(busy_len, out=before[1:])
     out: dict[int, dict[int, int]] = {}
     for gi in range(groups):
         a, b = int(bounds[gi]), int(bounds[gi + 1])
