@@ -131,7 +131,7 @@ def _groups(rank: I64, device: I64) -> tuple[I64, list[tuple[int, int]]]:
     else:
         keys, inverse = np.unique(packed, return_inverse=True)
     pairs = [(int(kk) // dn + r0, int(kk) % dn + d0) for kk in keys]
-    return inverse.reshape(-1).astype(np.int64), pairs
+    return inverse.reshape(-1).astype(np.int64, copy=False), pairs
 
 
 #: the signed unit of a point by its kind code (see _sorted_points): ends of memory, communication,
@@ -205,18 +205,25 @@ def _compute(ctx: Prepared, width: int, short: int) -> GpuPass:
     # segment i: from point i to point i + 1, of no length where the next point is another GPU's
     groups = len(pairs)
     bounds = np.searchsorted(gp, np.arange(groups + 1))  # gp is sorted: where each GPU's points begin
-    length = np.diff(t)
-    length[bounds[1:-1] - 1] = 0
-    sc, sg = c[:-1], gp[:-1]
-    # the bincount slot of (GPU, state): the OR of the kinds with a count above zero (a byte per
-    # segment for the state: passes over int64 arrays of 2n segments are what this costs)
-    state = ((sc & _MASK) != 0).view(np.uint8)
-    state |= (((sc >> 20) & _MASK) != 0).view(np.uint8) << 1
-    state |= ((sc >> 40) != 0).view(np.uint8) << 2  # the memory count is the top bits (sc >= 0)
-    slot = sg * 8
+    # per point, the segment it starts (the last point's: none); an array per point is 50 MB at
+    # 3M ops, and what the sweep costs is mostly first touching such arrays: one scratch buffer
+    # serves the passes below
+    full = np.zeros(len(t), dtype=np.int64)
+    np.subtract(t[1:], t[:-1], out=full[:-1])
+    full[bounds[1:-1] - 1] = 0
+    length, sc, sg = full[:-1], c[:-1], gp[:-1]
+    # the bincount slot of (GPU, state): the OR of the kinds with a count above zero
+    scratch = np.bitwise_and(sc, _MASK)
+    state = (scratch != 0).view(np.uint8)
+    for i in (1, 2):  # communication, then memory (its count is the top bits: sc >= 0)
+        np.right_shift(sc, 20 * i, out=scratch)
+        if i == 1:
+            scratch &= _MASK
+        state |= (scratch != 0).view(np.uint8) << i
+    slot = np.multiply(sg, 8, out=scratch)
     slot += state
     by_state = np.bincount(slot, weights=length, minlength=groups * 8).reshape(groups, 8)
-    del slot, state
+    del slot, state, scratch
     idle = np.flatnonzero((sc == 0) & (length > 0))
     nxt = order[idle + 1]  # the point that ends each idle gap: a start (an op's)
     la = np.full(len(idle), _NO_CORR, dtype=np.int64)
@@ -230,7 +237,7 @@ def _compute(ctx: Prepared, width: int, short: int) -> GpuPass:
     gap_n = np.bincount(gid, minlength=groups * 3).reshape(groups, 3)
     gap_ns = np.bincount(gid, weights=gap_len, minlength=groups * 3).reshape(groups, 3)
     length[sc == 0] = 0  # what is left of it is busy time (the idle gaps were read above)
-    busy = _buckets(bounds, t, length, groups, lo, width)
+    busy = _buckets(bounds, t, full, groups, lo, width)
     return _answer(ctx, pairs, by_state, gap_n, gap_ns, busy, width, short)
 
 
@@ -239,8 +246,8 @@ def _buckets(
 ) -> dict[int, dict[int, int]]:
     """Busy ns per GPU and bucket start, from the busy time before each point: the busy time up to
     a bucket edge is that before the last point at or before it, plus the part of its segment
-    (a few hundred binary searches, not one division per segment)."""
-    busy_len = np.r_[busy_len, 0]  # per point: the busy length of the segment it starts
+    (a few hundred binary searches, not one division per segment). ``busy_len``: per point, the
+    busy length of the segment it starts."""
     before = np.zeros(len(busy_len) + 1, dtype=np.int64)  # busy time before point i (offsets cancel)
     np.cumsum(busy_len, out=before[1:])
     out: dict[int, dict[int, int]] = {}
