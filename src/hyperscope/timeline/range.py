@@ -38,7 +38,8 @@ __all__ = ["prepare", "range_stats"]
 TOP: Final = 10
 #: events per chunk: a range reads at most two partial chunks per depth of a row event by event
 CHUNK: Final = 4096
-#: a depth's tables hold at most this many cells (chunks × names); more names, longer chunks
+#: a depth's name tables hold at most this many cells (chunks × names), and at most a quarter of
+#: its events: more names, longer chunks
 MAX_CELLS: Final = 1 << 20
 I64 = npt.NDArray[np.int64]
 
@@ -104,7 +105,11 @@ def _depth(index: Index, lo: int, hi: int, chunk: int) -> _Depth:
     present = np.bincount(name, minlength=len(index.names)) > 0
     names = np.flatnonzero(present)
     local = (np.cumsum(present) - 1)[name]
-    size = max(chunk, -(-m * len(names) // MAX_CELLS))
+    # cells (chunks × names) at most a quarter of the depth's events: 4 bytes an event for the
+    # two name tables, whatever the names (the index itself takes ~32)
+    size = max(chunk, -(-m * len(names) // max(1, min(MAX_CELLS, m // 4))))
+    if m < 2 * size:
+        return empty
     chunks = -(-m // size)
     at = np.arange(m, dtype=np.int64) // size
     weights = dur.astype(np.float64)
