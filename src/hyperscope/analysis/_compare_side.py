@@ -17,7 +17,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Final
 
-import duckdb
 import numpy as np
 import numpy.typing as npt
 
@@ -95,13 +94,9 @@ class SideData:
         return self.steps.complete
 
 
-def compute_side(source: Source, scope: Scope, *, threads: int | None = None) -> SideData:
-    """Every table one side of a comparison needs, on one connection and one resolved scope.
-    ``threads``: DuckDB's threads on a connection of its own (both sides at once on two cores
-    take one each: two threads a side only contend with the other side's)."""
+def compute_side(source: Source, scope: Scope) -> SideData:
+    """Every table one side of a comparison needs, on one connection and one resolved scope."""
     with connection(source) as con:
-        if threads is not None and not isinstance(source, duckdb.DuckDBPyConnection):
-            con.execute(f"SET threads = {int(threads)}")
         ctx = Prepared(con, scope)  # not materialized: nothing here reads its relations
         try:
             sweep_pass(ctx)  # cached: gpu_time and idle_breakdown read it

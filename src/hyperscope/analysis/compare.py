@@ -226,7 +226,7 @@ def _both_sides(a: Side, b: Side) -> tuple[_SideData, _SideData]:
     if isinstance(a[0], duckdb.DuckDBPyConnection) or isinstance(b[0], duckdb.DuckDBPyConnection):
         return compute_side(*a), compute_side(*b)  # one caller's connection is not shared by threads
     with ThreadPoolExecutor(2, thread_name_prefix="hyperscope-compare") as pool:
-        fa, fb = pool.submit(compute_side, *a, threads=1), pool.submit(compute_side, *b, threads=1)
+        fa, fb = pool.submit(compute_side, *a), pool.submit(compute_side, *b)
         return fa.result(), fb.result()
 
 
