@@ -1,7 +1,8 @@
 """Import of Kineto / Chrome-trace JSON files into one profile.
 
-Each file is streamed in chunks (``_tracefile``); each chunk becomes typed rows through DuckDB
-(``_sql``) and lands in an unsorted staging table. Chunks that DuckDB's lenient reader cannot be
+Each file is streamed in chunks (``_tracefile``); each chunk (or a batch of small files' chunks,
+read in one statement) becomes typed rows through DuckDB (``_sql``) and lands in an unsorted
+staging table. Chunks that DuckDB's lenient reader cannot be
 trusted with go through the exact parser (``_validate``), which also names what is wrong. Once every
 file has been read, ``profile.write_events`` sorts the rows into the profile's events file. Memory
 stays bounded by the chunk size and DuckDB's memory limit, whatever the size of the trace.
