@@ -32,6 +32,7 @@ log = logging.getLogger("hyperscope.capture")
 #: Rows of annotations and steps: (kind, name, tid, ts_ns, dur_ns, step).
 Mark = tuple[str, str, int, int, int, int]
 _CAT: Final = "user_annotation"
+_STEP: Final = EventKind.STEP
 #: The mark where the training began under the launcher (start-up is not step 0).
 STARTUP_NAME: Final = "hyperscope: training begins"
 STARTUP_CAT: Final = "hyperscope"
@@ -49,7 +50,7 @@ class Session:
     def __init__(
         self, config: ProfilerConfig, ctx: DistContext | None = None, *, deferred: bool = False
     ) -> None:
-        self.config = config
+        self.config = config  # also sets what step() reads of it (the property below)
         self._given_ctx = ctx
         self._identify()
         self.pid = os.getpid()
@@ -85,6 +86,23 @@ class Session:
         self.ranks_expected: int | None = None
         #: stop() has returned: the rank's end is in the catalog (``finished`` is set as it begins)
         self.closed = False
+
+    @property
+    def config(self) -> ProfilerConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: ProfilerConfig) -> None:
+        # step() runs once per training step, on the training thread, right after the step's own
+        # work has evicted it from the caches: what it needs of the config is worked out here,
+        # once (a list's membership and any max() are linear, a range's max() walks it).
+        self._config = config
+        steps = config.steps
+        self._wanted: range | frozenset[int] | None = (
+            None if steps is None else steps if isinstance(steps, range) else frozenset(steps)
+        )
+        self._last_step = config.last_step
+        self._max_marks = config.max_buffered_events
 
     def _identify(self) -> None:
         self.ctx = self._given_ctx or DistContext.detect().refined()
@@ -268,9 +286,19 @@ class Session:
         if provisional:
             provisional, self._provisional_seen = not self._provisional_seen, True
         now = time.time_ns()
-        self._commit_held()
+        if self._held is not None:
+            self._commit_held()
         if self.recording:
-            self._record_step_end(now, hold=provisional)
+            if provisional:
+                self._record_step_end(now, hold=True)
+            else:  # _record_step_end and _add inlined: the common path, once per step
+                step, began = self.step_no, self._step_start_ns
+                mark = (_STEP, f"ProfilerStep#{step}", threading.get_native_id(), began, now - began, step)
+                with self._lock:
+                    if len(self._marks) < self._max_marks:
+                        self._marks.append(mark)
+                    else:
+                        self.dropped_marks += 1
         self.step_no += 1
         self._steps_since_flush += 1
         self._step_start_ns = now
@@ -302,8 +330,8 @@ class Session:
     def _enter_step(self, step: int, now: int | None = None, *, may_flush: bool = True) -> None:
         now = time.time_ns() if now is None else now
         expired = self._deadline_ns is not None and now >= self._deadline_ns
-        last = self.config.last_step
-        want = self.config.wants_step(step) and not expired
+        last = self._last_step
+        want = (self._wanted is None or step in self._wanted) and not expired
         since = now - self._last_flush_ns
         due = (
             # every N steps, but not more often than flush_min_gap_s: a flush has fixed costs
@@ -342,7 +370,7 @@ class Session:
 
     def _add(self, mark: Mark) -> None:
         with self._lock:  # annotations may come from any thread; a flush swaps the list
-            if len(self._marks) >= self.config.max_buffered_events:
+            if len(self._marks) >= self._max_marks:
                 self.dropped_marks += 1
                 return
             self._marks.append(mark)
