@@ -13,29 +13,24 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import duckdb
 import pyarrow as pa
 
 from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.context import DistContext
+from hyperscope.capture.parts import Mark, marks_table, one_part, startup_table, typed_events
 from hyperscope.capture.writer import CaptureTarget, RankWriter
-from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY, EventKind
+from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store.catalog import RankStatus
 from hyperscope.store.store import default_home
 
 log = logging.getLogger("hyperscope.capture")
 
-#: Rows of annotations and steps: (kind, name, tid, ts_ns, dur_ns, step).
-Mark = tuple[str, str, int, int, int, int]
-_CAT: Final = "user_annotation"
 _STEP: Final = EventKind.STEP
-#: The mark where the training began under the launcher (start-up is not step 0).
-STARTUP_NAME: Final = "hyperscope: training begins"
-STARTUP_CAT: Final = "hyperscope"
 
 
 class Session:
@@ -384,6 +379,11 @@ class Session:
         steps = self._steps_since_flush
         self._steps_since_flush = 0
         self._last_flush_ns = time.time_ns()
+        # One part per flush: the framework's rows, the start-up mark and the steps and
+        # annotations together, since a part's fixed costs (a Parquet footer of ~4 KB, the rank's
+        # metadata and the catalog rewritten) are paid per file, on the writer's thread.
+        rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
+        parts: list[Callable[[], pa.Table]] = []
         if self._kineto is not None and self._kineto.running:
             try:
                 # Read here, before Kineto starts again (see KinetoSession.stop); typing and
@@ -394,8 +394,7 @@ class Session:
                 self._note(f"the framework's profiler failed and was switched off: {exc}")
                 self._kineto = None
             else:
-                rank, node = self.ctx.rank, self.ctx.node
-                writer.submit(lambda: ("events", _typed_events(raw, rank, node)))
+                parts.append(lambda: typed_events(raw, rank, node))
             if restart and self._kineto is not None:
                 self._kineto.start()
         with self._lock:
@@ -404,74 +403,16 @@ class Session:
             at, took = self._startup_mark
             self._startup_mark = None
             self._own_events += 1
-            rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
-            writer.submit(lambda: ("events", startup_table(at, took, rank=rank, node=node, pid=pid)))
+            parts.append(lambda: startup_table(at, took, rank=rank, node=node, pid=pid))
         if marks:
-            rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
-            writer.submit(lambda: ("events", marks_table(marks, rank=rank, node=node, pid=pid)))
+            parts.append(lambda: marks_table(marks, rank=rank, node=node, pid=pid))
+        if parts:
+            writer.submit(lambda: ("events", one_part([make() for make in parts])))
 
     def _note(self, line: str) -> None:
         if line not in self.notes:
             self.notes.append(line)
             log.warning("hyperscope: %s", line)
-
-
-_CONNECTIONS = threading.local()
-
-
-def _typed_events(raw: pa.Table, rank: int, node: str) -> pa.Table:
-    from hyperscope.capture.torch_backend import typed_rows
-
-    con = getattr(_CONNECTIONS, "con", None)
-    if con is None:  # one small DuckDB per writer thread, kept for the whole run
-        con = duckdb.connect(config={"threads": 1, "memory_limit": "128MB"})
-        con.execute("SET enable_progress_bar = false")
-        _CONNECTIONS.con = con
-    return typed_rows(raw, rank=rank, node=node, con=con)
-
-
-def marks_table(marks: list[Mark], *, rank: int, node: str, pid: int) -> pa.Table:
-    """Annotations and steps as rows of the event schema (no Kineto needed)."""
-    n = len(marks)
-    kinds, names, tids, starts, durs, steps = (list(c) for c in zip(*marks, strict=True))
-    columns: dict[str, pa.Array] = {
-        "rank": pa.array([rank] * n, pa.int32()),
-        "node": pa.array([node] * n, pa.string()),
-        "pid": pa.array([pid] * n, pa.int64()),
-        "tid": pa.array(tids, pa.int64()),
-        "kind": pa.array([str(k) for k in kinds], pa.string()),
-        "cat": pa.array([_CAT] * n, pa.string()),
-        "ph": pa.array(["X"] * n, pa.string()),
-        "name": pa.array(names, pa.string()),
-        "ts_ns": pa.array(starts, pa.int64()),
-        "dur_ns": pa.array(durs, pa.int64()),
-        "args": pa.array([f'{{"step":{s}}}' for s in steps], pa.string()),
-    }
-    arrays = [columns.get(f.name, pa.nulls(n, f.type)) for f in EVENT_SCHEMA]
-    table = pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
-    return table.sort_by([(k, "ascending") for k in SORT_KEY])
-
-
-def startup_table(at_ns: int, took_ns: int, *, rank: int, node: str, pid: int) -> pa.Table:
-    """Start-up as one instant where the training began, holding how long start-up took.
-
-    An instant, not a span: the profile's span, its CPU active share and its step statistics are
-    the training's, while the timeline still shows where (and after how long) the training began.
-    """
-    columns: dict[str, pa.Array] = {
-        "rank": pa.array([rank], pa.int32()),
-        "node": pa.array([node], pa.string()),
-        "pid": pa.array([pid], pa.int64()),
-        "tid": pa.array([threading.get_native_id()], pa.int64()),
-        "kind": pa.array([str(EventKind.INSTANT)], pa.string()),
-        "cat": pa.array([STARTUP_CAT], pa.string()),
-        "ph": pa.array(["i"], pa.string()),
-        "name": pa.array([STARTUP_NAME], pa.string()),
-        "ts_ns": pa.array([at_ns], pa.int64()),
-        "args": pa.array([f'{{"startup_ns":{took_ns},"process_start_ns":{at_ns - took_ns}}}'], pa.string()),
-    }
-    arrays = [columns.get(f.name, pa.nulls(1, f.type)) for f in EVENT_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
 
 
 def _device_properties() -> list[dict[str, Any]]:
