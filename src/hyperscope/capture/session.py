@@ -8,6 +8,7 @@ or carries on without the broken part, and the training never sees an exception 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -23,7 +24,7 @@ from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.context import DistContext
 from hyperscope.capture.parts import Mark, marks_table, one_part, startup_table, typed_events
 from hyperscope.capture.writer import CaptureTarget, RankWriter
-from hyperscope.schema.events import EventKind
+from hyperscope.schema.events import EVENT_SCHEMA, EventKind
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store.catalog import RankStatus
 from hyperscope.store.store import default_home
@@ -71,6 +72,8 @@ class Session:
         self._events_per_step: float | None = None
         self._min_gap_ns = int(config.flush_min_gap_s * 1e9)
         self._kineto: Any = None
+        #: a framework profiler's window that failed to decode on the writer's thread
+        self._backend_error: str | None = None
         self._startup_mark: tuple[int, int] | None = None
         self._held: Mark | None = None
         self._provisional_seen = False
@@ -384,17 +387,30 @@ class Session:
         # metadata and the catalog rewritten) are paid per file, on the writer's thread.
         rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
         parts: list[Callable[[], pa.Table]] = []
+        if self._backend_error is not None and self._kineto is not None:  # seen by the writer
+            self._note(f"the framework's profiler failed and was switched off: {self._backend_error}")
+            backend, self._kineto = self._kineto, None
+            if backend.running:
+                with contextlib.suppress(Exception):
+                    backend.discard(backend.stop())
         if self._kineto is not None and self._kineto.running:
             try:
-                # Read here, before Kineto starts again (see KinetoSession.stop); typing and
-                # writing the rows happen on the writer's thread.
-                raw = self._kineto.rows(self._kineto.stop())
-                self._events_per_step = raw.num_rows / max(steps, 1)
+                result = self._kineto.stop()
+                if self._kineto.rows_on_writer:
+                    # TF's and JAX's XSpace is a file by now: decoding it is the writer's work,
+                    # off the training thread (it took most of a cpu_ops flush on short steps)
+                    parts.append(self._decoder(self._kineto, result, steps))
+                    if self._events_per_step is None:  # the rate is learned once the writer has read it
+                        self._events_per_step = 0.0
+                else:
+                    # Read here, before Kineto starts again (see KinetoSession.stop); typing and
+                    # writing the rows happen on the writer's thread.
+                    raw = self._kineto.rows(result)
+                    self._events_per_step = raw.num_rows / max(steps, 1)
+                    parts.append(lambda: typed_events(raw, rank, node))
             except Exception as exc:
                 self._note(f"the framework's profiler failed and was switched off: {exc}")
                 self._kineto = None
-            else:
-                parts.append(lambda: typed_events(raw, rank, node))
             if restart and self._kineto is not None:
                 self._kineto.start()
         with self._lock:
@@ -408,6 +424,22 @@ class Session:
             parts.append(lambda: marks_table(marks, rank=rank, node=node, pid=pid))
         if parts:
             writer.submit(lambda: ("events", one_part([make() for make in parts])))
+
+    def _decoder(self, backend: Any, result: Any, steps: int) -> Callable[[], pa.Table]:
+        """The writer's work for a window whose rows are read there: a failure switches the
+        framework's profiler off at the next flush, and the steps and annotations go on."""
+        rank, node = self.ctx.rank, self.ctx.node
+
+        def decode() -> pa.Table:
+            try:
+                raw = backend.rows(result)
+            except Exception as exc:
+                self._backend_error = str(exc)
+                return EVENT_SCHEMA.empty_table()
+            self._events_per_step = raw.num_rows / max(steps, 1)
+            return typed_events(raw, rank, node)
+
+        return decode
 
     def _note(self, line: str) -> None:
         if line not in self.notes:
