@@ -137,6 +137,13 @@ def test_dashboard_is_cached_for_finished_jobs(client: TestClient, home: Home) -
     assert first["tables"] == second["tables"]
     assert client.get(url + "&rank=0").json()["cached"] is True  # the same scope, said twice
     assert client.get(url + "&top_k=4").json()["cached"] is False
+    # a cached answer is spliced from tables compressed once (server/_gzip.py): the same JSON
+    zipped = client.get(url, headers={"Accept-Encoding": "gzip"})
+    plain = client.get(url, headers={"Accept-Encoding": "identity"})
+    assert zipped.headers["content-encoding"] == "gzip" and "content-encoding" not in plain.headers
+    for answer in (zipped.json(), plain.json()):
+        assert answer["cached"] is True and answer["elapsed_ms"] >= 0
+        assert {k: answer[k] for k in ("tables", "scope")} == {k: first[k] for k in ("tables", "scope")}
 
 
 def test_running_jobs_show_new_data_on_refresh(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from hyperscope import Store
 from hyperscope.server import create_app
+from hyperscope.server.jobs import CatalogReader, JobQuery
 from hyperscope.store.catalog import JobStatus, ProfileRef
 from tests.server.conftest import local
 
@@ -112,3 +114,47 @@ def test_job_named_like_a_number_wins_over_that_number(jobs_client: TestClient, 
     assert jobs_client.get("/api/jobs/1").json()["name"] == "resnet-run-1"
     assert jobs_client.get("/api/jobs/bert").json()["profile_list"][0]["ranks"] == 1
     assert jobs_client.get("/api/jobs/99999999999999999999999").status_code == 404
+
+
+@pytest.mark.parametrize("sort", ["created", "name", "status", "ranks", "events", "size"])
+def test_every_page_of_every_sort_is_a_slice_of_the_whole_sorted_list(
+    jobs_client: TestClient, sort: str
+) -> None:
+    """Plain sorts cut the page before looking up each job's newest profile: the same jobs, the
+    same fields, in the same order as the whole list cut afterwards."""
+    for order in ("asc", "desc"):
+        for search in ("", "&search=run"):
+            whole = jobs_client.get(f"/api/jobs?sort={sort}&order={order}{search}&limit=100").json()["jobs"]
+            pages = [
+                job
+                for offset in range(0, 7, 2)
+                for job in jobs_client.get(
+                    f"/api/jobs?sort={sort}&order={order}{search}&limit=2&offset={offset}"
+                ).json()["jobs"]
+            ]
+            assert pages == whole and len(whole) == (3 if search else 6)
+    latest = {j["name"]: j["latest_profile"] for j in whole}
+    assert latest["resnet-run-1"] == f"{99:016x}"  # the newer of its two profiles, on every path
+
+
+def test_a_kept_catalog_connection_sees_new_jobs_and_a_store_made_anew(tmp_path: Path) -> None:
+    """The reader keeps one connection per thread: it must still see a writer's commits, and a
+    catalog removed and created again at the same path."""
+    home = tmp_path / "home"
+
+    def add(name: str, n: int) -> None:
+        with Store(home) as store:
+            ref = ProfileRef(f"{n:016x}", 0, n, "import", 1, 1, 10, "test")
+            store.catalog.add_profile(name, ref, status=JobStatus.COMPLETED, nodes=[], created_ns=n)
+
+    add("first", 1)
+    reader = CatalogReader(home)
+    assert [j.name for j in reader.jobs(JobQuery()).jobs] == ["first"]
+    kept = reader._local.db[0]
+    add("second", 2)  # committed by another connection while the reader's stays open
+    assert [j.name for j in reader.jobs(JobQuery()).jobs] == ["second", "first"]
+    assert reader._local.db[0] is kept  # the same connection, not a new one per request
+    shutil.rmtree(home)
+    add("anew", 3)
+    assert [j.name for j in reader.jobs(JobQuery()).jobs] == ["anew"]
+    assert reader.profile(f"{3:016x}").job.name == "anew"
