@@ -6,12 +6,15 @@ the deterministic synthetic writer (same size, same bytes every run), written un
 ``bench/results/tmp`` and deleted afterwards. It is imported in a fresh child process; note that the
 file was just written, so it is read from the page cache, not from disk.
 
-Targets (docs/DESIGN.md): peak memory < 1 GB (10^9 bytes) and ≥ 50 MB/s of JSON (MB = 10^6 bytes).
+Targets (issue 15): ≥ 100 MB/s of JSON (MB = 10^6 bytes) on 2 cores, in ≤ 1 GB (10^9 bytes) of
+peak memory. The child is pinned to ``--cores`` CPUs (default 2), so that a bigger machine measures
+the same thing; the load average is printed beside the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -24,7 +27,7 @@ from hyperscope.store.synth import SynthSpec, write_rank
 
 OPS_PER_STEP = 400
 RSS_LIMIT = 1_000 * MB
-SPEED_TARGET = 50.0  # MB/s
+SPEED_TARGET = 100.0  # MB/s
 
 
 def steps_for(size_bytes: int, work: Path) -> int:
@@ -48,7 +51,10 @@ def main() -> int:
     parser.add_argument(
         "--size-mb", type=int, default=1024, help="trace size in MB (10^6 bytes); default 1024"
     )
+    parser.add_argument("--cores", type=int, default=2, help="CPUs the import may use (default 2)")
     args = parser.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))[: args.cores]
+    os.sched_setaffinity(0, cpus)  # the child inherits it
     tmp_root = RESULTS_DIR / "tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="large-", dir=tmp_root))
@@ -82,7 +88,9 @@ def main() -> int:
         "peak_rss": run.peak_rss,
         "rss_after_imports": run.payload["rss_after_imports"],
         "speed_met": speed >= SPEED_TARGET,
-        "rss_met": run.peak_rss < RSS_LIMIT,
+        "rss_met": run.peak_rss <= RSS_LIMIT,
+        "cores": len(cpus),
+        "load_average": os.getloadavg(),
     }
     print("\nimport in a fresh process; memory = peak of its process tree; MB = 10^6 bytes")
     print_table(
@@ -91,9 +99,9 @@ def main() -> int:
             "events",
             "import s",
             "MB/s",
-            "≥50 MB/s",
+            "≥100 MB/s",
             "peak MB",
-            "<1000 MB",
+            "≤1000 MB",
             "stored MB",
             "raw/stored",
         ],
@@ -109,6 +117,15 @@ def main() -> int:
                 run.payload["stored_bytes"] / MB,
                 f"{size / run.payload['stored_bytes']:.1f}x",
             ]
+        ],
+    )
+    load = " ".join(f"{x:.1f}" for x in result["load_average"])
+    print(f"\ntargets (issue 15), on {len(cpus)} cores, load average {load}:")
+    print_table(
+        ["target", "needed", "achieved", "result"],
+        [
+            ["import speed", f"≥ {SPEED_TARGET:g} MB/s", f"{speed:.1f} MB/s", result["speed_met"]],
+            ["peak memory", f"≤ {RSS_LIMIT / MB:,.0f} MB", f"{run.peak_rss / MB:,.0f} MB", result["rss_met"]],
         ],
     )
     write_results(f"large_import_{args.size_mb}mb", result)

@@ -7,7 +7,11 @@ A profile of ``--events`` million events (``hyperscope.analysis.groundtruth``: 8
 profile (8 host threads and 24 streams: everything expanded), ``--width`` pixels wide, for windows
 of the whole run, then 1/10, 1/100, ... of it down to 1 µs, each at ``--positions`` random places;
 a tile is ``timeline.tile`` + ``encode`` in-process: what the server's endpoint does besides HTTP.
-*Targets*: ≤ 150 ms at 10M events, ≤ 500 ms at 100M, ≤ 2 MB per tile.
+*Targets*: ≤ 150 ms at 10M events, ≤ 500 ms at 100M, ≤ 2 MB per tile. The index is stored as
+compressed blocks (``timeline._blocks``), decoded into a cache bounded in bytes, which starts empty:
+the first tile of each window pays its blocks' decoding. The same tiles are then asked of the earlier
+layout (plain ``.npy`` columns, memory-mapped, built into a second directory) in the same run: *npy*
+columns. *CPU ms*: the process's CPU time per tile (what load on the machine does not inflate).
 
 With ``--browser``, the first run's profile is also entered in a store's catalog and opened in
 Debian's chromium (headless) through a fresh ``hyperscope ui``: *first paint* = navigation start
@@ -29,6 +33,7 @@ per event are multiplied by the event count.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -42,9 +47,12 @@ from _common import REPO_ROOT, print_table, write_results
 
 sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(REPO_ROOT))
+import numpy as np
+
 from hyperscope import timeline as tl
 from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
 from hyperscope.store.chrome import export_chrome
+from hyperscope.timeline import _blocks
 
 KERNELS = 40
 RANKS = 8
@@ -64,6 +72,9 @@ def json_bytes_per_event(root: Path) -> float:
 
 
 def run(millions: float, width: int, positions: int, root: Path) -> dict[str, Any]:
+    # stored whatever its size (below STORE_MIN_EVENTS a server holds the index in memory): the
+    # blocks are what is measured
+    os.environ.setdefault("HYPERSCOPE_TIMELINE_STORE_MIN", "0")
     per_step = spec(1).events_per_rank * RANKS
     steps = max(1, round(millions * 1e6 / per_step))
     started = time.perf_counter()
@@ -76,9 +87,20 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
     where = tl.index.index_dir(profile)
     index_bytes = sum(p.stat().st_size for p in where.iterdir())
     parquet_bytes = sum(p.stat().st_size for p in (profile.path / "events").iterdir())
+    started = time.perf_counter()
+    npy_dir = root / f"npy{millions:g}"
+    npy_dir.mkdir()
+    tl.index.build(profile, npy_dir)
+    npy_s = time.perf_counter() - started
+    npy_bytes = sum(p.stat().st_size for p in npy_dir.iterdir())
+    npy = tl.index._read(npy_dir)
+    assert npy is not None
     rows = [r.id for r in index.rows]
-    lo = int(index.ts.min())
-    hi = int((index.ts + index.dur).max())
+    ts = np.asarray(index.ts)
+    lo = int(ts.min())
+    hi = int((ts + np.asarray(index.dur)).max())
+    del ts
+    _blocks.CACHE.clear()
     rnd = random.Random(6)
     out = []
     span = hi - lo
@@ -88,21 +110,31 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
         span //= 10
     spans.append(1000)
     for s in spans:
-        times, sizes, evs, bins = [], [], [], []
+        times, cpus, sizes, evs, bins, old, old_cpu = [], [], [], [], [], [], []
         places = [lo] if s == hi - lo else [rnd.randrange(lo, hi - s) for _ in range(positions)]
         for t0 in places:
-            t_start = time.perf_counter()
+            t_start, c_start = time.perf_counter(), time.process_time()
             t = tl.tile(index, rows, t0, t0 + s, width)
             payload = tl.encode(t)
             times.append((time.perf_counter() - t_start) * 1e3)
+            cpus.append((time.process_time() - c_start) * 1e3)
             sizes.append(len(payload))
             evs.append(len(t.ts))
             bins.append(len(t.bin_col))
+            t_start, c_start = time.perf_counter(), time.process_time()
+            same = tl.encode(tl.tile(npy, rows, t0, t0 + s, width))
+            old.append((time.perf_counter() - t_start) * 1e3)
+            old_cpu.append((time.process_time() - c_start) * 1e3)
+            assert same == payload, "the compressed and the plain index answer alike"
         out.append(
             {
                 "window_ns": s,
                 "median_ms": statistics.median(times),
                 "max_ms": max(times),
+                "cpu_median_ms": statistics.median(cpus),
+                "npy_median_ms": statistics.median(old),
+                "npy_max_ms": max(old),
+                "npy_cpu_median_ms": statistics.median(old_cpu),
                 "max_bytes": max(sizes),
                 "events": max(evs),
                 "bins": max(bins),
@@ -115,7 +147,10 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
         "generate_s": generate_s,
         "index_s": index_s,
         "index_bytes": index_bytes,
+        "npy_s": npy_s,
+        "npy_bytes": npy_bytes,
         "parquet_bytes": parquet_bytes,
+        "block_cache_bytes": _blocks.CACHE.nbytes,
         "tiles": out,
     }
 
@@ -286,18 +321,38 @@ def main() -> None:
             results.append(r)
             print(
                 f"\n{r['events']:,} events, {r['rows']} rows: generated in {r['generate_s']:.1f} s, "
-                f"index built in {r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.0f} MB beside "
+                f"index built in {r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.1f} MB in blocks beside "
                 f"{r['parquet_bytes'] / 1e6:.0f} MB "
-                f"of Parquet); as Kineto JSON ≈ {r['kineto_json_bytes_est'] / 1e9:.2f} GB ({bpe:.0f} B/event)"
+                f"of Parquet; as .npy {r['npy_bytes'] / 1e6:.0f} MB in {r['npy_s']:.1f} s); as Kineto JSON ≈ "
+                f"{r['kineto_json_bytes_est'] / 1e9:.2f} GB ({bpe:.0f} B/event); "
+                f"decoded blocks kept at the end: "
+                f"{r['block_cache_bytes'] / 2**20:.0f} MiB (bound {_blocks.cache_bytes() / 2**20:.0f} MiB); "
+                f"load average {Path('/proc/loadavg').read_text().split()[0]}"
             )
             target = TARGET_MS.get(round(m))
             print_table(
-                ["window", "median ms", "max ms", "max KB", "events", "bins", "target"],
+                [
+                    "window",
+                    "median ms",
+                    "max ms",
+                    "CPU ms",
+                    "npy median",
+                    "npy max",
+                    "npy CPU",
+                    "max KB",
+                    "events",
+                    "bins",
+                    "target",
+                ],
                 [
                     [
                         tl_fmt(t["window_ns"]),
                         round(t["median_ms"], 1),
                         round(t["max_ms"], 1),
+                        round(t["cpu_median_ms"], 1),
+                        round(t["npy_median_ms"], 1),
+                        round(t["npy_max_ms"], 1),
+                        round(t["npy_cpu_median_ms"], 1),
                         round(t["max_bytes"] / 1e3),
                         t["events"],
                         t["bins"],

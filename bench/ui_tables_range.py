@@ -7,7 +7,8 @@ counted). Then, in-process (what the endpoints do besides HTTP and the cache):
 - *tables*: ``kernel_table``, ``operator_table`` (self time: one pass over every CPU operator)
   and ``annotation_table`` over the whole profile, each on a fresh connection;
 - *range*: ``range_stats`` over every event row (8 host threads, 24 streams) for a range of the
-  whole run, 1/10 and 1/100 of it, at ``--positions`` random places.
+  whole run (first: the profile's first range, which builds the per-chunk tables kept with the
+  index; then again), 1/10 and 1/100 of it, at ``--positions`` random places.
 
 The tables' *sort* in the browser is a sort of the rows the page holds (one per kernel or operator
 name: tens to a few thousand), not of events. *Targets* (issue 16): a range's statistics
@@ -64,23 +65,29 @@ def run(millions: float, positions: int, root: Path) -> dict[str, Any]:
     hi = max(r.t_max for r in index.rows)
     rng = random.Random(1)
     ranges = {}
-    for frac in (1.0, 0.1, 0.01):
-        times = []
-        for _ in range(positions if frac < 1 else 1):
-            span = int((hi - lo) * frac)
+    # the first range of a profile builds its per-chunk tables (kept with the index): "first" is
+    # that whole-run range, the others come after it
+    for frac in ("first", 1.0, 0.1, 0.01):
+        f = 1.0 if frac == "first" else float(frac)
+        times, cpu = [], []
+        for _ in range(positions if f < 1 else 1):
+            span = int((hi - lo) * f)
             a = lo + rng.randint(0, max(0, hi - lo - span))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             answer = range_stats(index, rows, a, a + max(span, 1))
             times.append((time.perf_counter() - t0) * 1e3)
-        ranges[frac] = {
+            cpu.append((time.process_time() - c0) * 1e3)
+        ranges[str(frac)] = {
             "median_ms": statistics.median(times),
             "max_ms": max(times),
+            "cpu_ms": statistics.median(cpu),
             "events": answer["count"],
         }
-        got = ranges[frac]
+        got = ranges[str(frac)]
+        what = "the whole run, first" if frac == "first" else f"1/{round(1 / f)} of the run"
         print(
-            f"  range 1/{round(1 / frac)} of the run: median {got['median_ms']:.0f} ms "
-            f"(max {got['max_ms']:.0f}), {answer['count']:,} events in it",
+            f"  range {what}: median {got['median_ms']:.0f} ms (max {got['max_ms']:.0f}, CPU "
+            f"{got['cpu_ms']:.0f} ms), {answer['count']:,} events in it",
             flush=True,
         )
     return {"events": profile.meta.events, "index_s": index_s, "tables": tables, "ranges": ranges}
@@ -97,12 +104,13 @@ def main() -> None:
             results.append(run(m, args.positions, Path(tmp)))
     out = []
     for r in results:
-        whole = r["ranges"][1.0]["max_ms"]
+        first, whole = r["ranges"]["first"]["max_ms"], r["ranges"]["1.0"]["max_ms"]
+        tenth, hundredth = r["ranges"]["0.1"]["median_ms"], r["ranges"]["0.01"]["median_ms"]
         t = {k: f"{v['ms']:.0f}" for k, v in r["tables"].items()}
         out.append([
-            f"{r['events']:,}", t["kernel_table"], t["operator_table"], t["annotation_table"], f"{whole:.0f}",
-            f"{r['ranges'][0.1]['median_ms']:.0f}", f"{r['ranges'][0.01]['median_ms']:.0f}",
-            "MET" if whole <= TARGET_RANGE_MS else "missed",
+            f"{r['events']:,}", t["kernel_table"], t["operator_table"], t["annotation_table"], f"{first:.0f}",
+            f"{whole:.0f}", f"{tenth:.0f}", f"{hundredth:.0f}",
+            "MET" if max(first, whole) <= TARGET_RANGE_MS else "missed",
         ])  # fmt: skip
     print_table(
         [
@@ -110,7 +118,8 @@ def main() -> None:
             "kernels ms",
             "operators ms",
             "annotations ms",
-            "range whole ms",
+            "whole, first ms",
+            "whole ms",
             "1/10 ms",
             "1/100 ms",
             "≤ 500 ms",

@@ -37,6 +37,7 @@ def main() -> None:
     p.add_argument("--checkpoints", default=None, help="default: $HYPERSCOPE_CHECKPOINT_DIR")
     p.add_argument("--out", required=True, help="rank 0 writes the final weights here")
     p.add_argument("--fail-at", type=int, default=-1, help="rank 0 exits 3 at this step (every attempt)")
+    p.add_argument("--fail-once", action="store_true", help="... only once (a marker beside the checkpoints)")
     args = p.parse_args()
 
     rank = int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")))
@@ -60,8 +61,9 @@ def main() -> None:
         net.load_state_dict(latest.state["model"])
         start = latest.step + 1
     attempt = os.environ.get("HYPERSCOPE_ATTEMPT", "1")
+    restart = os.environ.get("HYPERSCOPE_RESTART", "0")  # restarts in place (hyperscope restart-in-place)
     print(f"rank {rank}/{world} node={os.environ.get('SLURMD_NODENAME', '-')} attempt={attempt} "
-          f"start={start}", flush=True)  # fmt: skip
+          f"start={start} restart={restart}", flush=True)  # fmt: skip
     for step in range(start, args.steps):
         g = torch.Generator().manual_seed(step * 1000 + rank)
         x = torch.randn(16, 64, generator=g)
@@ -72,7 +74,11 @@ def main() -> None:
         optimizer.zero_grad()
         hs.step()  # a heartbeat for the agent's hang detection
         print(f"rank {rank} step {step} {time.time():.3f}", flush=True)
-        if step == args.fail_at and rank == 0:
+        marker = ckpt.directory / f".failed-at-{step}"
+        if step == args.fail_at and rank == 0 and not (args.fail_once and marker.exists()):
+            if args.fail_once:
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
             # a crash, as abrupt as a real one: no clean-up, so gloo's threads cannot abort the
             # exit (SystemExit ran its destructors, and one run died of SIGABRT instead of 3)
             sys.stdout.flush()

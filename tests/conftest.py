@@ -55,3 +55,13 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def synth_job(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """A generated 4-rank trace set: the same code paths as the real traces, everywhere."""
     return write_job(tmp_path_factory.mktemp("synth"), SynthSpec(ranks=4, steps=3, ops_per_step=20))
+
+
+@pytest.fixture(autouse=True)
+def timeline_index_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test profiles are far under ``timeline.index.STORE_MIN_EVENTS`` (profiles that small keep
+    no index on disk): stored all the same, in blocks of 256 entries, so that every test that
+    draws a timeline (servers and browsers included, through the environment) reads the compressed
+    blocks across their edges. ``tests/timeline/test_blocks.py`` tests the threshold itself."""
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_STORE_MIN", "0")
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_BLOCK", "256")

@@ -153,3 +153,19 @@ def test_dense_keys_keep_equality_and_order() -> None:
     assert a.tolist() == [1, 3, 2, 1] and b.tolist() == [2, 3, 0]
     a, b = _dense(np.array([10, 12], dtype=np.int64), np.array([11], dtype=np.int64), 40)
     assert a.tolist() == [0, 2] and b.tolist() == [1]
+
+
+def test_launch_table_finds_each_pairs_earliest_call() -> None:
+    """The table of calls by (rank, correlation): the earliest of repeated ids, none for pairs
+    outside the calls' ranks or ids, and no table where the ids are too sparse for one."""
+    from hyperscope.analysis._sweep import _NO_CORR, _dense_table
+
+    lr = np.array([0, 0, 0, 2, 2], dtype=np.int64)
+    lc = np.array([5, 6, 5, 5, 9], dtype=np.int64)
+    lt = np.array([50, 60, 40, 70, 90], dtype=np.int64)
+    wr = np.array([0, 0, 2, 1, 2, 0, 3], dtype=np.int64)
+    wc = np.array([5, 6, 9, 5, 6, 99, 5], dtype=np.int64)
+    got = _dense_table(lr, lc, lt, wr, wc)
+    assert got is not None and got.tolist() == [40, 60, 90, _NO_CORR, _NO_CORR, _NO_CORR, _NO_CORR]
+    sparse = np.array([0, 1 << 40], dtype=np.int64)
+    assert _dense_table(np.zeros(2, np.int64), sparse, lt[:2], wr[:1], wc[:1]) is None

@@ -85,7 +85,7 @@ def test_hyperscope_import_precomputes(tmp_path: Path, monkeypatch: pytest.Monke
     assert stored.load_dashboard(profile) is not None
     # the timeline index too: a fresh load (another process, here a cleared cache) reads it from disk
     where = tl.index.index_dir(profile)
-    assert (where / "meta.json").is_file()
+    assert (where / tl.index.META).is_file()
     before = {p.name: p.stat().st_mtime_ns for p in where.iterdir()}
 
     def no_build(*args: object, **kwargs: object) -> None:
@@ -132,6 +132,36 @@ def test_precompute_keeps_the_index_once(home: Path, monkeypatch: pytest.MonkeyP
     with Store(home) as store:
         profile = store.profile("h200-transformer")
     where = tl.index.index_dir(profile)
-    assert (where / "meta.json").is_file() and where.parent.name == "derived"
+    assert (where / tl.index.META).is_file() and where.parent.name == "derived"
     monkeypatch.setattr(tl.index, "build", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rebuilt")))
     assert stored.precompute_timeline(profile) is not None  # there already: nothing to do
+
+
+@pytest.mark.parametrize("stored_index", [True, False])
+def test_the_import_summary_counts_everything_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored_index: bool
+) -> None:
+    """``→ … on disk`` is every file of the profile once the import ends: the events, the
+    dashboard and, where the profile is large enough to keep one, the timeline index."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from hyperscope.cli.main import app
+
+    if not stored_index:  # as in use: a profile this small keeps no index on disk
+        monkeypatch.setenv("HYPERSCOPE_TIMELINE_STORE_MIN", str(tl.index.STORE_MIN_EVENTS))
+    paths = write_job(tmp_path / "traces", SynthSpec(ranks=2, steps=3))
+    home = tmp_path / "home"
+    done = CliRunner().invoke(app, ["import", *map(str, paths), "--job", "j", "--home", str(home)])
+    assert done.exit_code == 0, done.output
+    said = re.search(r"→ ([\d.,]+) (KB|MB) on disk", " ".join(done.output.split()))
+    assert said is not None, done.output
+    with Store(home) as store:
+        profile = store.profile("j")
+    files = [p for p in profile.path.rglob("*") if p.is_file()]
+    assert any(p.parent.name == "derived" for p in files)  # the dashboard
+    assert any(p.parent.name.startswith("timeline-") for p in files) == stored_index
+    total = sum(p.stat().st_size for p in files)
+    scale = 1e3 if said.group(2) == "KB" else 1e6
+    assert abs(float(said.group(1).replace(",", "")) * scale - total) <= scale * 0.05 + 1

@@ -98,3 +98,42 @@ def test_annotation_table_has_every_name(h200: Profile) -> None:
     every = annotation_table(h200).rows
     assert [r.name for r in every] == [r.name for r in annotation_stats(h200, top_k=10**6).rows]
     assert len(every) > len(annotation_stats(h200).rows) or len(every) <= 20
+
+
+def _stack_self_times(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> list[int]:
+    """The definition: one pass per thread with a stack of the open intervals."""
+    own = (end - ts).astype(np.int64)
+    stack: list[int] = []
+    last = None
+    for i in range(len(ts)):
+        if thread[i] != last:
+            stack.clear()
+            last = thread[i]
+        while stack and end[stack[-1]] <= ts[i]:
+            stack.pop()
+        if stack:
+            own[stack[-1]] -= min(end[i], end[stack[-1]]) - ts[i]
+        stack.append(i)
+    return [int(v) for v in own]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_self_times_equal_a_stack_of_open_intervals(seed: int) -> None:
+    """Random call trees on a few threads, with zero-length intervals, equal starts and intervals
+    that outlive their parent: the array passes give what the stack gives."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    thread = np.sort(rng.integers(0, 4, n))
+    ts = rng.integers(0, 2000, n)
+    dur = np.where(rng.random(n) < 0.1, 0, rng.geometric(0.02, n))
+    order = np.lexsort((-dur, ts, thread))
+    thread, ts, end = thread[order], ts[order], (ts + dur)[order]
+    assert self_times(thread, ts, end).tolist() == _stack_self_times(thread, ts, end)
+
+
+def test_self_times_of_far_apart_threads() -> None:
+    """Times too far apart to pack with the thread: the outermost pass falls back, same answer."""
+    thread = np.array([0, 0, 1, 1, 1])
+    ts = np.array([-(2**62), -(2**62) + 1, 2**62 - 30, 2**62 - 25, 2**62 - 10])
+    end = ts + np.array([10, 2, 10, 3, 5])
+    assert self_times(thread, ts, end).tolist() == _stack_self_times(thread, ts, end) == [8, 2, 7, 3, 5]

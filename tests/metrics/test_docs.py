@@ -3,6 +3,7 @@ dashboard is valid JSON and the scrape config valid YAML pointing at the default
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,8 @@ NAME = re.compile(r"\bhyperscope_[a-z_]+[a-z]")
 
 def exported() -> set[str]:
     snap = recorded()
+    timed = [dataclasses.replace(b, step_ns=10**8, ts_ns=snap.now_ns) for b in snap.beats]
+    snap = dataclasses.replace(snap, beats=timed)  # the recorded beats are untimed (an older format)
     gpu = GpuStat(0, "g", 1.0, 1.0, 1, 2, 50.0, 100.0, 0, 1, 79)
     got = scrape([*cluster_families(snap, {("1", 0): 0.05}), *gpu_families("n", [gpu])])
     return {*got, "hyperscope_cluster_known"}  # the exporter's own, beside the families

@@ -5,6 +5,7 @@ prometheus-client's own text format and parser."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -154,3 +155,33 @@ def test_gpu_series_only_for_what_the_gpu_reports() -> None:
     assert got["hyperscope_gpu_xid_errors_total"] == {g0: 1.0}
     assert got["hyperscope_gpu_last_xid"] == {g0: 79.0}
     assert g1 not in got["hyperscope_gpu_power_watts"]
+
+
+def test_straggler_scores_against_the_median_of_the_other_ranks_and_the_agents_verdict() -> None:
+    base = recorded()
+    now = base.now_ns
+    beats = [
+        Beat("7", 0, 50, now - 1_000_000_000, 100_000_000, "workers-1"),
+        Beat("7", 1, 50, now - 1_000_000_000, 100_000_000, "workers-2"),
+        Beat("7", 2, 40, now - 1_000_000_000, 150_000_000, "workers-3"),
+        Beat("8", 0, 9, now - 60_000_000_000, 900_000_000, "workers-1"),  # stale: says nothing now
+        Beat("8", 1, 9, now, 100_000_000, "workers-2"),  # alone with a fresh timed beat: no median
+        Beat("9", 0, 1, now, 0, "workers-1"),  # no window timed yet
+    ]
+    log = [
+        {"kind": "straggler", "job": "7", "rank": 2, "phase": "decided", "reason": "slow"},
+        {"kind": "straggler", "job": "7", "rank": 1, "phase": "decided", "reason": "slow"},
+        {"kind": "straggler", "job": "7", "rank": 1, "phase": "recovered", "reason": "back"},
+    ]
+    snap = dataclasses.replace(base, beats=beats, log=log)
+    got = scrape(cluster_families(snap, {}))
+    key = lambda rank, node: (  # noqa: E731
+        ("cluster", "rs"), ("node", node), ("rank", str(rank)), ("slurm_job", "7")
+    )  # fmt: skip
+    score = got["hyperscope_job_rank_straggler_score"]
+    assert set(score) == {key(0, "workers-1"), key(1, "workers-2"), key(2, "workers-3")}
+    assert abs(score[key(2, "workers-3")] - 0.5) < 1e-9  # 150 ms against the others' 100 ms
+    assert abs(score[key(0, "workers-1")] - (100 / 125 - 1)) < 1e-9  # median of 100 and 150 ms
+    assert got["hyperscope_job_rank_straggler"] == {
+        key(0, "workers-1"): 0, key(1, "workers-2"): 0, key(2, "workers-3"): 1
+    }  # fmt: skip

@@ -148,6 +148,18 @@ def test_prometheus_scrapes_nodes_jobs_goodput_and_agent_actions(
     assert isinstance(steps, dict) and all(0.04 <= s <= 1.0 for s in steps.values()), steps
     ranks = _values(base, f'hyperscope_job_rank_step{{slurm_job="{job}"}}')
     assert {dict(k)["rank"] for k in ranks} == {"0", "1"} and all(v > 0 for v in ranks.values())
+    # each rank's straggler score (against the other's step time) and the agent's verdict: none
+    scores = wait_for(
+        "both ranks' straggler scores",
+        lambda: (
+            len(v := _values(base, f'hyperscope_job_rank_straggler_score{{slurm_job="{job}"}}')) == 2 and v
+        ),
+        timeout=60,
+    )
+    assert isinstance(scores, dict) and {dict(k)["node"] for k in scores} == {"workers-1", "workers-2"}
+    assert all(-0.9 < v < 9.0 for v in scores.values()), scores  # same script, same pace: no outlier
+    named = _values(base, f'hyperscope_job_rank_straggler{{slurm_job="{job}"}}')
+    assert sorted(named.values()) == [0.0, 0.0]
     assert _values(base, f'hyperscope_job_state{{slurm_job="{job}"}}') == {
         (("cluster", c), ("name", submitted.catalog_job), ("slurm_job", job), ("state", "RUNNING")): 1.0
     }

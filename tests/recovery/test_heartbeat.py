@@ -83,3 +83,24 @@ def test_a_checkpoint_save_is_a_heartbeat(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert [b.job for b in heartbeat.read(tmp_path / "hb")] == ["9"]
+
+
+def test_a_checkpoint_save_is_a_sign_of_life_not_a_step(tmp_path: Path) -> None:
+    """Right after a step's write, a save rewrites the file now with the same step and window:
+    counted as a step, it made a window of about a millisecond per step (a false straggler)."""
+    script = (
+        "import time, torch\nimport hyperscope as hs\nfrom hyperscope.checkpoint import Checkpointer\n"
+        "ck = Checkpointer(" + repr(str(tmp_path / "ck")) + ")\n"
+        "for _ in range(25):\n    hs.step()\n    time.sleep(0.05)\n"
+        "hs.step()\nck.save({'w': torch.ones(1)}, 26)\n"
+        "print(open(" + repr(str(tmp_path / "hb" / "9.0")) + ").read())\n"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("HYPERSCOPE_", "SLURM_"))}
+    env = {**base, heartbeat.DIR_ENV: str(tmp_path / "hb"), "SLURM_JOB_ID": "9"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    b = heartbeat.parse(0, done.stdout)
+    assert b.step == 26  # the steps taken, the save not among them
+    assert 50e6 <= b.step_ns < 1e9  # the window of the steps, not of the instant before the save

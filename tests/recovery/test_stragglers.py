@@ -107,7 +107,8 @@ def test_the_spec_sets_the_thresholds_and_refuses_bad_ones(tmp_path: Path) -> No
     ).recovery
     assert (r.straggler_threshold_pct, r.straggler_steps, r.straggler_action) == (25, 5, "profile")
     with pytest.raises(
-        SpecError, match=r"recovery.straggler_action: must be one of notify, profile, off \(got 'drain'\)"
+        SpecError,
+        match=r"recovery.straggler_action: must be one of notify, profile, replace, off \(got 'drain'\)",
     ):
         load_spec(_spec(tmp_path, "{straggler_action: drain}"))
     with pytest.raises(SpecError, match=r"recovery\.straggler_steps"):

@@ -246,6 +246,7 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/profiles/{profile_id}/collectives/waits",
         "/api/clusters",
         "/api/clusters/{name}",
+        "/api/clusters/{name}/jobs/{job_id}/capture",
         *(
             f"/api/profiles/{{profile_id}}/timeline/{p}"
             for p in ("rows", "tile", "range", "event", "links", "flows", "search")

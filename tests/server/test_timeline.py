@@ -244,4 +244,34 @@ def test_rows_answer_202_with_progress_while_the_index_is_built(tmp_path: Path) 
             time.sleep(0.02)
         assert r.status_code == 200 and r.json()["root"]["children"]
         assert seen == sorted(seen) and all(0 <= x <= 1 for x in seen)
-    assert tl.index.ready(profile) and (tl.index.index_dir(profile) / "meta.json").is_file()
+    assert tl.index.ready(profile) and (tl.index.index_dir(profile) / tl.index.META).is_file()
+
+
+def test_rows_build_the_range_tables_that_range_then_answers_from(client: TestClient, home: Home) -> None:
+    """``/rows`` starts building the range statistics' per-chunk tables in the background (every
+    depth of every row; this profile's are too short to be cut, tests/timeline/test_range cuts
+    them); a whole-run ``/range`` afterwards equals an event-by-event scan."""
+    from hyperscope.timeline import range as tl_range
+
+    body = get_rows(client, home.big).json()
+    rows = [leaf["id"] for leaf in _leaves(body["root"]) if leaf["type"] == "events"]
+    index = tl.load(Profile.open(profile_dir(home.path, home.big)))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # built once PREPARE_DELAY_S has passed, then a pass over it
+        kept = tl_range._TABLES.get(id(index))
+        if kept is not None and all((r, tl_range.CHUNK) in kept[1] for r in rows):
+            break
+        time.sleep(0.1)
+    kept = tl_range._TABLES[id(index)][1]
+    assert all(len(kept[(r, tl_range.CHUNK)]) == index.by_id[r].depths for r in rows)
+    t0, t1 = int(body["start_ns"]), int(body["end_ns"]) + 1
+    r = client.get(
+        BASE.format(home.big) + "/range", params={"rows": ",".join(rows), "t0_ns": t0, "t1_ns": t1}
+    )
+    assert r.status_code == 200
+    want = tl_range.range_stats(index, rows, t0, t1, chunk=1 << 40)
+    got = r.json()
+    assert {k: v for k, v in got.items() if k not in ("t0_ns", "t1_ns")} == {
+        k: v for k, v in want.items() if k not in ("t0_ns", "t1_ns")
+    }
+    assert got["count"] == sum(index.by_id[r].stop - index.by_id[r].start for r in rows)

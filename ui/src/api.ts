@@ -137,10 +137,18 @@ export function query(params: Params): string {
 }
 
 async function get<T>(path: string, params: Params = {}, signal?: AbortSignal): Promise<T> {
-  const url = `/api${path}${query(params)}`;
+  return call<T>(`/api${path}${query(params)}`, { headers: { Accept: "application/json" }, signal });
+}
+
+async function post<T>(path: string, body: unknown): Promise<T> {
+  const headers = { Accept: "application/json", "Content-Type": "application/json" };
+  return call<T>(`/api${path}`, { method: "POST", headers, body: JSON.stringify(body) });
+}
+
+async function call<T>(url: string, init: RequestInit): Promise<T> {
   let response: Response;
   try {
-    response = await fetch(url, { headers: { Accept: "application/json" }, signal });
+    response = await fetch(url, init);
   } catch (err) {
     if (err instanceof DOMException && err.name === "AbortError") throw err;
     throw new ApiError(0, `the server did not answer (${String(err)}); is \`hyperscope ui\` running?`, url);
@@ -261,6 +269,29 @@ export interface ClusterNode {
   reason: string;
   replacements: number;
   last_action: string;
+  straggler: string;
+}
+
+export interface RankSpeed {
+  job: string;
+  rank: number;
+  node: string;
+  step_s: number;
+  median_s: number;
+  score: number;
+  named: boolean;
+}
+
+export interface CaptureStarted {
+  catalog_job: string;
+  profile_id: string;
+  store: string;
+  in_this_server: boolean;
+  ranks: number[];
+  start_step: number;
+  steps: number;
+  starts: Record<string, number>;
+  notes: string[];
 }
 
 export interface Decision {
@@ -300,6 +331,7 @@ export interface Cluster {
   nodes: ClusterNode[];
   decisions: Decision[];
   jobs: ClusterJob[];
+  stragglers: RankSpeed[];
 }
 
 export function listClusters(signal?: AbortSignal): Promise<{ clusters: ClusterSummary[] }> {
@@ -308,4 +340,9 @@ export function listClusters(signal?: AbortSignal): Promise<{ clusters: ClusterS
 
 export function getCluster(name: string, signal?: AbortSignal): Promise<Cluster> {
   return get<Cluster>(`/clusters/${encodeURIComponent(name)}`, {}, signal);
+}
+
+/** "Profile now": what `hyperscope capture JOB --steps N` does; answers once the ranks record. */
+export function captureJob(cluster: string, job: number, steps: number): Promise<CaptureStarted> {
+  return post<CaptureStarted>(`/clusters/${encodeURIComponent(cluster)}/jobs/${job}/capture`, { steps });
 }

@@ -1,7 +1,18 @@
 // The Cluster page: a cluster's nodes (group, Slurm state, health and the reason Slurm holds, the
 // agent's last action), its spares, the agent's decisions with their reasons (agent.log), and each
-// job's attempts, restarts and goodput. Refreshed every few seconds while shown.
-import { type Cluster, type ClusterJob, type ClusterNode, type Decision, getCluster, listClusters } from "./api";
+// job's attempts, restarts and goodput, each rank's straggler score, and a "profile now" button
+// per running job (what `hyperscope capture JOB --steps N` does). Refreshed every few seconds.
+import {
+  type CaptureStarted,
+  type Cluster,
+  type ClusterJob,
+  type ClusterNode,
+  type Decision,
+  type RankSpeed,
+  captureJob,
+  getCluster,
+  listClusters,
+} from "./api";
 import { h } from "./dom";
 import { clearError, showError } from "./errors";
 import { datetime, num } from "./format";
@@ -36,7 +47,34 @@ function nodeRow(n: ClusterNode): HTMLElement {
     h("td", { "data-col": "reason" }, n.reason),
     h("td", { class: "num" }, n.replacements),
     h("td", { "data-col": "last-action" }, n.last_action),
+    h("td", { "data-col": "straggler" }, n.straggler),
   );
+}
+
+function speedRow(r: RankSpeed): HTMLElement {
+  return h(
+    "tr",
+    { "data-job": r.job, "data-rank": r.rank, class: r.named ? "bad" : "" },
+    h("td", { class: "num" }, r.job),
+    h("td", { class: "num" }, r.rank),
+    h("td", {}, r.node),
+    h("td", { class: "num" }, `${num(r.step_s * 1e3, 1)} ms`),
+    h("td", { class: "num" }, `${num(r.median_s * 1e3, 1)} ms`),
+    h("td", { class: "num", "data-col": "score" }, `${r.score >= 0 ? "+" : ""}${num(r.score * 100, 0)} %`),
+    h("td", { "data-col": "named" }, r.named ? "straggler" : ""),
+  );
+}
+
+function captured(job: number, c: CaptureStarted): HTMLElement {
+  const ranks = c.ranks.join(", ");
+  const text =
+    `Job ${job}: recording profile ${c.profile_id} of the store's job ${c.catalog_job} (ranks ${ranks}, ${c.steps} steps from step ` +
+    `${c.start_step}) into ${c.store}. `;
+  const open = c.in_this_server
+    ? h("a", { href: `#/timeline/${c.profile_id}`, id: "capture-link" }, "Open its timeline")
+    : h("span", {}, `Open it with \`hyperscope ui --home ${c.store}\`.`);
+  const notes = c.notes.length ? ` ${c.notes.join("; ")}` : "";
+  return h("span", {}, text, open, notes);
 }
 
 function decisionRow(d: Decision): HTMLElement {
@@ -63,8 +101,10 @@ function attempts(j: ClusterJob): string {
     .join("\n");
 }
 
-function jobRow(j: ClusterJob): HTMLElement {
+function jobRow(j: ClusterJob, busy: boolean, profile: (job: number) => void): HTMLElement {
   const g = j.goodput;
+  const button = h("button", { class: "profile-now", "data-profile-job": j.id, disabled: busy || null }, busy ? "Profiling…" : "Profile now");
+  button.addEventListener("click", () => profile(j.id));
   return h(
     "tr",
     { "data-slurm-job": j.id },
@@ -77,6 +117,7 @@ function jobRow(j: ClusterJob): HTMLElement {
     h("td", { class: "num" }, seconds(g.training_s)),
     h("td", { class: "num" }, seconds(g.lost_s)),
     h("td", { class: "num", "data-col": "goodput" }, g.goodput === null ? "–" : `${num(g.goodput * 100, 1)} %`),
+    h("td", {}, j.state === "RUNNING" ? button : ""),
   );
 }
 
@@ -96,12 +137,42 @@ export function clusterPage(): ClusterPage {
   const picker = h("select", { id: "cluster-select", "aria-label": "Cluster" });
   const summary = h("span", { class: "muted", id: "cluster-summary" });
   const body = h("div", { id: "cluster-body" });
+  // outside the body, so the refresh every few seconds keeps what the last capture said
+  const captureStatus = h("p", { id: "capture-status", "data-state": "idle" });
+  const stepsInput = h("input", { id: "capture-steps", type: "number", min: "1", value: "10", "aria-label": "Steps per capture" }) as HTMLInputElement;
+  let capturing: number | null = null;
+  let last: Cluster | null = null;
+
+  async function profile(job: number): Promise<void> {
+    const steps = Number(stepsInput.value);
+    if (!Number.isInteger(steps) || steps < 1) {
+      captureStatus.dataset.state = "error";
+      captureStatus.textContent = `Steps per capture is ${JSON.stringify(stepsInput.value)}: expected a whole number of steps, at least 1.`;
+      return;
+    }
+    capturing = job;
+    captureStatus.dataset.state = "running";
+    captureStatus.textContent = `Job ${job}: asking its ranks to profile their next ${steps} steps…`;
+    if (last) draw(last);
+    try {
+      const c = await captureJob(selected, job, steps);
+      captureStatus.dataset.state = "done";
+      captureStatus.replaceChildren(captured(job, c));
+    } catch (err) {
+      captureStatus.dataset.state = "error";
+      captureStatus.textContent = `Job ${job} could not be profiled: ${err instanceof Error ? err.message : String(err)}`;
+    } finally {
+      capturing = null;
+      if (last) draw(last);
+    }
+  }
   picker.addEventListener("change", () => {
     selected = picker.value;
     void refresh();
   });
 
   function draw(c: Cluster): void {
+    last = c;
     const spares = c.nodes.filter((n) => n.spare);
     const unhealthy = c.nodes.filter((n) => n.healthy === false).length;
     summary.textContent =
@@ -112,7 +183,7 @@ export function clusterPage(): ClusterPage {
       h("h2", {}, "Nodes"),
       table(
         "cluster-nodes",
-        ["Node", "Group", "Role", "Status", "Slurm state", "Health", "Reason", "Replacements", "Agent's last action"],
+        ["Node", "Group", "Role", "Status", "Slurm state", "Health", "Reason", "Replacements", "Agent's last action", "Straggler"],
         c.nodes.map(nodeRow),
         "No nodes.",
       ),
@@ -125,11 +196,20 @@ export function clusterPage(): ClusterPage {
           : "No spare.",
       ),
       h("h2", {}, "Jobs"),
+      h("p", { class: "muted" }, h("label", {}, "Steps per capture ", stepsInput)),
       table(
         "cluster-jobs",
-        ["Slurm job", "Name", "State", "Nodes", "Attempts", "Restarts", "Training", "Lost", "Goodput"],
-        c.jobs.map(jobRow),
+        ["Slurm job", "Name", "State", "Nodes", "Attempts", "Restarts", "Training", "Lost", "Goodput", "Profile"],
+        c.jobs.map((j) => jobRow(j, capturing !== null, (job) => void profile(job))),
         "No job.",
+      ),
+      captureStatus,
+      h("h2", {}, "Stragglers"),
+      table(
+        "cluster-stragglers",
+        ["Slurm job", "Rank", "Node", "Step time", "Median of the others", "Score", "Agent"],
+        c.stragglers.map(speedRow),
+        "No running job with two ranks or more reports its step times.",
       ),
       h("h2", {}, "The agent's decisions"),
       table("cluster-decisions", ["Time", "Kind", "Phase", "Target", "Reason", "Took"], c.decisions.map(decisionRow), "The agent has logged nothing yet."),

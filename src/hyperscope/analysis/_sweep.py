@@ -54,8 +54,9 @@ def _device_columns(ctx: Prepared) -> dict[str, Any]:
 def _first_launches(ctx: Prepared, rank: I64, corr: I64) -> I64:
     """Earliest runtime/driver call in scope with each (rank, correlation); ``_NO_CORR`` if none.
 
-    The calls are read as columns and sorted by (rank, correlation) once; each wanted pair is then
-    a binary search (a DuckDB join of a million pairs against every call cost twice as much)."""
+    The calls are read as columns into a table by (rank, correlation) (``_dense_table``), or where
+    the ids are too sparse for one, sorted by (rank, correlation) once, each wanted pair then a
+    binary search (a DuckDB join of a million pairs against every call cost twice as much)."""
     out = np.full(len(rank), _NO_CORR, dtype=np.int64)
     want = np.flatnonzero(corr != _NO_CORR)
     if len(want) == 0:
@@ -72,6 +73,10 @@ def _first_launches(ctx: Prepared, rank: I64, corr: I64) -> I64:
     if len(lr) == 0:
         return out
     wr, wc = rank[want], corr[want]
+    table = _dense_table(lr, lc, lt, wr, wc)
+    if table is not None:
+        out[want] = table
+        return out
     lc, wc = _dense(lc, wc, 40)
     lr, wr = _dense(lr, wr, 22)
     lk, wk = (lr << 40) | lc, (wr << 40) | wc  # (rank, correlation) packed into one int64 key
@@ -83,6 +88,25 @@ def _first_launches(ctx: Prepared, rank: I64, corr: I64) -> I64:
     found = keys[at] == wk
     out[want[found]] = earliest[at[found]]
     return out
+
+
+def _dense_table(lr: I64, lc: I64, lt: I64, wr: I64, wc: I64) -> I64 | None:
+    """The earliest call of each wanted (rank, correlation) through a table indexed by both (no
+    sort: correlation ids are small counters, so the table is about as long as the calls); None
+    where the ids are too sparse for one."""
+    r0, c0 = int(lr.min()), int(lc.min())
+    rn, cn = int(lr.max()) - r0 + 1, int(lc.max()) - c0 + 1
+    if rn * cn > 4 * len(lr) + (1 << 20):
+        return None
+    none = np.iinfo(np.int64).max
+    earliest = np.full(rn * cn, none, dtype=np.int64)
+    np.minimum.at(earliest, (lr - r0) * cn + (lc - c0), lt)
+    inside = (wr >= r0) & (wr < r0 + rn) & (wc >= c0) & (wc < c0 + cn)
+    found = np.full(len(wr), _NO_CORR, dtype=np.int64)
+    at = np.flatnonzero(inside)
+    got = earliest[(wr[at] - r0) * cn + (wc[at] - c0)]
+    found[at] = np.where(got == none, _NO_CORR, got)
+    return found
 
 
 def _dense(have: I64, want: I64, bits: int) -> tuple[I64, I64]:
@@ -107,7 +131,7 @@ def _groups(rank: I64, device: I64) -> tuple[I64, list[tuple[int, int]]]:
     else:
         keys, inverse = np.unique(packed, return_inverse=True)
     pairs = [(int(kk) // dn + r0, int(kk) % dn + d0) for kk in keys]
-    return inverse.reshape(-1).astype(np.int64), pairs
+    return inverse.reshape(-1).astype(np.int64, copy=False), pairs
 
 
 #: the signed unit of a point by its kind code (see _sorted_points): ends of memory, communication,
@@ -179,15 +203,27 @@ def _compute(ctx: Prepared, width: int, short: int) -> GpuPass:
     order, gp, t, d = _sorted_points(g, s, t_end, k)
     c = np.cumsum(d)  # each GPU's points end at zero
     # segment i: from point i to point i + 1, of no length where the next point is another GPU's
-    length = np.diff(t)
-    length[gp[1:] != gp[:-1]] = 0
-    sc, sg = c[:-1], gp[:-1]
     groups = len(pairs)
-    slot = sg * 8  # the bincount slot of (GPU, state): the OR of the kinds with a count above zero
-    for i, b in enumerate(_BITS):
-        slot += (((sc >> (20 * i)) & _MASK) != 0) * b
+    bounds = np.searchsorted(gp, np.arange(groups + 1))  # gp is sorted: where each GPU's points begin
+    # per point, the segment it starts (the last point's: none); an array per point is 50 MB at
+    # 3M ops, and what the sweep costs is mostly first touching such arrays: one scratch buffer
+    # serves the passes below
+    full = np.zeros(len(t), dtype=np.int64)
+    np.subtract(t[1:], t[:-1], out=full[:-1])
+    full[bounds[1:-1] - 1] = 0
+    length, sc, sg = full[:-1], c[:-1], gp[:-1]
+    # the bincount slot of (GPU, state): the OR of the kinds with a count above zero
+    scratch = np.bitwise_and(sc, _MASK)
+    state = (scratch != 0).view(np.uint8)
+    for i in (1, 2):  # communication, then memory (its count is the top bits: sc >= 0)
+        np.right_shift(sc, 20 * i, out=scratch)
+        if i == 1:
+            scratch &= _MASK
+        state |= (scratch != 0).view(np.uint8) << i
+    slot = np.multiply(sg, 8, out=scratch)
+    slot += state
     by_state = np.bincount(slot, weights=length, minlength=groups * 8).reshape(groups, 8)
-    del slot
+    del slot, state, scratch
     idle = np.flatnonzero((sc == 0) & (length > 0))
     nxt = order[idle + 1]  # the point that ends each idle gap: a start (an op's)
     la = np.full(len(idle), _NO_CORR, dtype=np.int64)
@@ -200,17 +236,20 @@ def _compute(ctx: Prepared, width: int, short: int) -> GpuPass:
     gid = sg[idle] * 3 + cause
     gap_n = np.bincount(gid, minlength=groups * 3).reshape(groups, 3)
     gap_ns = np.bincount(gid, weights=gap_len, minlength=groups * 3).reshape(groups, 3)
-    busy = _buckets(gp, t, np.where(sc != 0, length, 0), groups, lo, width)
+    length[sc == 0] = 0  # what is left of it is busy time (the idle gaps were read above)
+    busy = _buckets(bounds, t, full, groups, lo, width)
     return _answer(ctx, pairs, by_state, gap_n, gap_ns, busy, width, short)
 
 
-def _buckets(gp: I64, t: I64, busy_len: I64, groups: int, lo: int, width: int) -> dict[int, dict[int, int]]:
+def _buckets(
+    bounds: I64, t: I64, busy_len: I64, groups: int, lo: int, width: int
+) -> dict[int, dict[int, int]]:
     """Busy ns per GPU and bucket start, from the busy time before each point: the busy time up to
     a bucket edge is that before the last point at or before it, plus the part of its segment
-    (a few hundred binary searches, not one division per segment)."""
-    busy_len = np.r_[busy_len, 0]  # per point: the busy length of the segment it starts
-    before = np.r_[0, np.cumsum(busy_len)]  # busy time before point i (all GPUs: offsets cancel)
-    bounds = np.r_[0, np.flatnonzero(gp[1:] != gp[:-1]) + 1, len(gp)]
+    (a few hundred binary searches, not one division per segment). ``busy_len``: per point, the
+    busy length of the segment it starts."""
+    before = np.zeros(len(busy_len) + 1, dtype=np.int64)  # busy time before point i (offsets cancel)
+    np.cumsum(busy_len, out=before[1:])
     out: dict[int, dict[int, int]] = {}
     for gi in range(groups):
         a, b = int(bounds[gi]), int(bounds[gi + 1])

@@ -8,8 +8,8 @@ names and the statistics a sortable table shows (the dashboard's charts show onl
 - annotations: :func:`~hyperscope.analysis.annotations.annotation_stats`, every name.
 
 Self time needs each operator's direct parent, which SQL cannot find cheaply without the nesting
-depth; it is found here in one pass per thread over the operators sorted by start (longest first
-among equal starts), with a stack of the open ones, as a trace viewer nests them.
+depth; it is found here over the operators sorted by start (longest first among equal starts), as
+a trace viewer's stack of open ones nests them, by array passes (``self_times``).
 """
 
 from __future__ import annotations
@@ -102,23 +102,57 @@ def kernel_table(source: Source | Prepared, scope: Scope = ALL) -> Table[KernelT
 def self_times(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Each interval's length minus its direct children's (clipped to it), for intervals sorted by
     thread, then start, longest first among equal starts. Intervals that nest are a trace's call
-    tree; one that overlaps its parent's end counts only up to that end."""
+    tree; one that overlaps its parent's end counts only up to that end.
+
+    The parent is the one a trace viewer's stack of open intervals gives: the top of the stack
+    once the intervals ended by the start are popped, which is the latest earlier interval of the
+    thread still open at that start (every interval popped or below ended by then). It is found
+    for all intervals at once by pointer jumping (a Python loop over 3M operators took 20 s): each
+    interval's candidate starts as the one before it; a candidate already ended is replaced by its
+    own parent, or its own candidate, and nothing skipped can be open (it had ended by the
+    candidate's start, which is no later)."""
+    n = len(ts)
+    thread, ts, end = np.asarray(thread), np.asarray(ts, np.int64), np.asarray(end, np.int64)
     own: np.ndarray = (end - ts).astype(np.int64)
-    stack: list[int] = []
-    last_thread = None
-    for i in range(len(ts)):
-        t = thread[i]
-        if t != last_thread:
-            stack.clear()
-            last_thread = t
-        start = ts[i]
-        while stack and end[stack[-1]] <= start:
-            stack.pop()
-        if stack:
-            parent = stack[-1]
-            own[parent] -= min(end[i], end[parent]) - start
-        stack.append(i)
+    if n == 0:
+        return own
+    first = np.r_[True, thread[1:] != thread[:-1]]
+    floor = np.maximum.accumulate(np.where(first, np.arange(n), 0))  # each thread's first interval
+    cand = np.arange(n) - 1
+    parent = np.full(n, -2, dtype=np.int64)  # -2: not known yet, -1: none
+    parent[_outermost(first, ts, end)] = -1
+    todo = np.flatnonzero(parent == -2)
+    while len(todo):
+        c = cand[todo]
+        none = c < floor[todo]
+        found = ~none & (end[np.maximum(c, 0)] > ts[todo])
+        parent[todo[none]] = -1
+        parent[todo[found]] = c[found]
+        more = ~(none | found)
+        todo, c = todo[more], c[more]
+        known = parent[c] != -2
+        cand[todo] = np.where(known, parent[c], cand[c])  # -1 (no parent) reads as "none" next
+    child = np.flatnonzero(parent >= 0)
+    up = parent[child]
+    inside = np.minimum(end[child], end[up]) - ts[child]
+    own -= np.bincount(up, weights=inside, minlength=n).astype(np.int64)
     return own
+
+
+def _outermost(first: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The intervals that start once every earlier one of their thread has ended (no parent),
+    by a running maximum of the ends per thread: most of a trace's operators are outermost, and
+    they would take pointer jumping the most rounds (each candidate an ended sibling)."""
+    lo = int(min(ts.min(), end.min()))
+    span = int(max(ts.max(), end.max())) - lo + 1
+    threads = np.cumsum(first) - 1
+    if int(threads[-1]) + 1 > np.iinfo(np.int64).max // span:
+        return first  # no packed key fits: the first of each thread only
+    base = threads * span
+    running = np.maximum.accumulate(base + (end - lo))  # per thread: its base only grows
+    before = np.r_[np.int64(0), running[:-1]] - base
+    out: np.ndarray = first | (before <= ts - lo)
+    return out
 
 
 def operator_table(source: Source | Prepared, scope: Scope = ALL) -> Table[OperatorTableRow]:

@@ -33,6 +33,7 @@ from hyperscope.cli.capture import capture_command
 from hyperscope.cli.cluster import cluster_app, submit
 from hyperscope.cli.diff import diff as diff_command
 from hyperscope.cli.health import health_command
+from hyperscope.cli.inplace import restart_in_place_command
 from hyperscope.cli.metrics import metrics_command
 from hyperscope.cli.profile import precompute_for_ui
 from hyperscope.cli.profile import profile as profile_command
@@ -428,6 +429,7 @@ app.command("diff")(diff_command)
 app.command("ui")(ui_command)
 app.command("health")(health_command)
 app.command("agent")(agent_command)
+app.command("restart-in-place")(restart_in_place_command)
 app.command("metrics")(metrics_command)
 app.add_typer(cluster_app, name="cluster")
 app.command("submit")(submit)

@@ -8,6 +8,7 @@ Cluster page both show, so they never disagree and are tested on recorded output
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ class Beat:
     rank: int
     step: int
     ts_ns: int
+    step_ns: int = 0  # the rank's mean step time in its last heartbeat window (0: none known)
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +120,7 @@ def observe(
     records = (log or LogTail(cluster_dir / LOG)).read()
     live = {str(j.id) for j in parse_show_job(show_job)}
     beats = [
-        Beat(s.job, s.rank, s.last_step, now_ns - int(s.silent_s * 1e9))
+        Beat(s.job, s.rank, s.last_step, now_ns - int(s.silent_s * 1e9), s.step_ns, s.node)
         for s in heartbeat.read(catalog_jobs.heartbeat_dir(state), now_ns=now_ns)
         if s.job in live
     ]
@@ -151,6 +154,7 @@ class NodeRow:
     reason: str  # Slurm's reason: the health check's or an operator's ("" = none)
     replacements: int
     last_action: str  # the agent's last decision about it
+    straggler: str = ""  # the agent's reason while it names a rank on the node a straggler
 
 
 def nodes(snap: Snapshot) -> list[NodeRow]:
@@ -164,7 +168,7 @@ def nodes(snap: Snapshot) -> list[NodeRow]:
                 node=n.name, group=n.group, role=n.role, spare=n.spare, status=n.status,
                 slurm_state=s.display_state if s else "", responding=responding,
                 healthy=(s.available and not s.reason) if s else None, reason=s.reason if s else "",
-                replacements=n.replacements, last_action=n.last_action,
+                replacements=n.replacements, last_action=n.last_action, straggler=n.straggler,
             )
         )  # fmt: skip
     return rows
@@ -243,3 +247,48 @@ def jobs(snap: Snapshot) -> list[JobRow]:
             )
         )
     return rows
+
+
+#: a beat older than this says nothing of the rank's speed now (the agent's watch uses the same)
+FRESH_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RankSpeed:
+    """One rank's step time beside the other ranks' of its job: the straggler score the agent's
+    detection (``recovery.stragglers``) compares with its threshold, shown before it decides."""
+
+    job: str
+    rank: int
+    node: str
+    step_s: float  # its mean step time in its last heartbeat window
+    median_s: float  # the median of the other ranks' in their last windows
+    named: bool  # the agent names it a straggler now (agent.log)
+
+    @property
+    def score(self) -> float:
+        """How much slower than the median of the others, as a fraction (0.25: 25 % slower)."""
+        return self.step_s / self.median_s - 1.0
+
+
+def rank_speeds(snap: Snapshot) -> list[RankSpeed]:
+    """Every rank with a fresh, timed beat, of jobs with two such ranks or more; a rank is named
+    when the agent's last straggler record about it decided so (not "recovered")."""
+    named: dict[tuple[str, int], bool] = {}
+    for r in snap.log:
+        if r.get("kind") == "straggler" and isinstance(r.get("rank"), int):
+            named[(str(r.get("job")), int(r["rank"]))] = r.get("phase") == "decided"
+    by_job: dict[str, list[Beat]] = {}
+    for b in snap.beats:
+        if b.step_ns > 0 and (snap.now_ns - b.ts_ns) / 1e9 <= FRESH_S:
+            by_job.setdefault(b.job, []).append(b)
+    out = []
+    for job, beats in sorted(by_job.items()):
+        if len(beats) < 2:
+            continue
+        for b in sorted(beats, key=lambda b: b.rank):
+            median = statistics.median(o.step_ns for o in beats if o.rank != b.rank)
+            out.append(
+                RankSpeed(job, b.rank, b.node, b.step_ns / 1e9, median / 1e9, named.get((job, b.rank), False))
+            )
+    return out

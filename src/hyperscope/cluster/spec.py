@@ -75,7 +75,7 @@ class SlurmSettings:
 
 
 #: what the agent does about a straggler (recovery.straggler_action)
-STRAGGLER_ACTIONS = ("notify", "profile", "off")
+STRAGGLER_ACTIONS = ("notify", "profile", "replace", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ class RecoverySettings:
     #: seconds between DCGM diagnostics (``dcgmi diag -r 1``) on a node; not in every check
     dcgm_interval_s: int = 3600
     #: stragglers (docs/resilience.md): a rank this many % slower than the median of the others
-    #: for ``straggler_steps`` consecutive steps; ``straggler_action`` notify, profile or off
+    #: for ``straggler_steps`` consecutive steps; ``straggler_action`` notify, profile, replace or off
     straggler_threshold_pct: int = 10
     straggler_steps: int = 20
     straggler_action: str = "notify"

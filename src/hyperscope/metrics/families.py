@@ -51,7 +51,9 @@ def cluster_families(snap: Snapshot, step_seconds: Mapping[tuple[str, int], floa
     c = snap.state.name
     up = _gauge("slurm_up", "1 when slurmctld answered this scrape's scontrol", ["cluster"])
     up.add_metric([c], 0.0 if snap.slurm_error else 1.0)
-    out: list[Metric] = [up, *_node_families(snap), *_job_families(snap, step_seconds)]
+    out: list[Metric] = [
+        up, *_node_families(snap), *_job_families(snap, step_seconds), *_straggler_families(snap)
+    ]  # fmt: skip
     actions = _counter(
         "agent_actions", "agent.log records by decision kind and phase", ["cluster", "kind", "phase"]
     )
@@ -138,6 +140,24 @@ def _job_families(snap: Snapshot, step_seconds: Mapping[tuple[str, int], float])
         if (b.job, b.rank) in step_seconds:
             seconds.add_metric(key, step_seconds[(b.job, b.rank)])
     return [state, restarts, attempts, wall, train, lost, ratio, step, beat, seconds]
+
+
+def _straggler_families(snap: Snapshot) -> list[Metric]:
+    """Each rank's step time against the median of its job's other ranks (what the agent's
+    detection compares with ``recovery.straggler_threshold_pct``), and whether it names it."""
+    c, labels = snap.state.name, ["cluster", "slurm_job", "rank", "node"]
+    score = _gauge(
+        "job_rank_straggler_score",
+        "How much slower the rank's last heartbeat window was than the median of the other ranks' "
+        "(0.25: 25 % slower; negative: faster)",
+        labels,
+    )
+    named = _gauge("job_rank_straggler", "1 while the agent names the rank a straggler (agent.log)", labels)
+    for r in fleet.rank_speeds(snap):
+        key = [c, r.job, str(r.rank), r.node]
+        score.add_metric(key, r.score)
+        named.add_metric(key, 1.0 if r.named else 0.0)
+    return [score, named]
 
 
 #: (job, rank) -> (step, ts_ns) of the reading a step time was last derived from, and that time

@@ -138,6 +138,10 @@ class Agent:
     #: per-rank slow-step counts (``recovery.stragglers``), and the stragglers named now
     tracker: StragglerTracker | None = None
     flagged: dict[tuple[str, int], Straggler] = field(default_factory=dict)
+    #: ``straggler_action: replace`` (``recovery.straggler_replace``): when each (job, rank, node)
+    #: was first named, and the passive decision last logged per node
+    straggler_seen: dict[tuple[str, int, str], float] = field(default_factory=dict)
+    straggler_noted: dict[str, str] = field(default_factory=dict)
     _cached: tuple[tuple[int, int, int], ClusterState] | None = None
     _recovery: RecoverySettings | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock)

@@ -32,7 +32,10 @@ For a job: one whose every rank has been silent past its hang timeout is requeue
 then restarts it from its last checkpoint), at most ``max_attempts`` times; after that it is
 stopped with the reason, so nothing loops. A straggler (``recovery.stragglers``) is named on its
 node (``Kind.STRAGGLER``) and, under the ``profile`` policy, its job is captured on demand: the
-slow rank and a median one (``Kind.PROFILE``).
+slow rank and a median one (``Kind.PROFILE``). Under the ``replace`` policy its node is replaced
+by a spare (``Kind.REPLACE``, :func:`decide_straggler_replace`) once its job allows: after the job
+wrote a checkpoint since the rank was named, so the requeued job resumes from it and loses at most
+the steps since; never a node an operator took out of service, and within the rate limit.
 """
 
 from __future__ import annotations
@@ -252,3 +255,51 @@ def decide_stragglers(found: Sequence[Straggler], policy: Policy = Policy()) -> 
             why = f"{reason}: capture of {p.profile_steps} steps of {ranks}"
             actions.append(Action(Kind.PROFILE, (s.node,) if s.node else (), why, job=s.job))
     return actions
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointView:
+    """A job's checkpoint folder as the agent last looked at it."""
+
+    directory: str  # where the job's checkpoints are looked for ("" when nowhere is known)
+    newest_at: float | None  # when its newest complete checkpoint was written; None: none yet
+    newest: str = ""  # that checkpoint's folder name (step-00000042), for the reason
+
+
+def decide_straggler_replace(
+    s: Straggler,
+    node: NodeView | None,
+    spares: Sequence[NodeView],
+    checkpoint: CheckpointView,
+    named_at: float,
+    policy: Policy = Policy(),
+    *,
+    recent_replacements: int = 0,
+) -> Action | None:
+    """What to do now about a straggler's node under the ``replace`` policy: nothing (None: the
+    node is unknown, or the rank is no longer slow in its last window), leave it (an operator's),
+    wait (for a checkpoint written after ``named_at``), hold (rate limit) or replace it, by a
+    healthy idle spare of its group when there is one (``(node, spare)``), else in place."""
+    p = policy.stragglers
+    if node is None or s.over_pct < p.threshold_pct:
+        return None
+    why = s.reason(p)
+    decided = _decide(node, None, policy)
+    if decided is not None and decided[0] in (Kind.LEAVE, Kind.WAIT):
+        return Action(decided[0], (node.name,), f"{decided[1]} (a straggler's node: {why})")
+    if decided is not None or node.spare:
+        return None  # already failing on its own: the node rules above act on it
+    if checkpoint.newest_at is None or checkpoint.newest_at <= named_at:
+        # a requeue before a checkpoint would lose every step since the last one (or all of them)
+        return Action(Kind.WAIT, (node.name,), f"{why}; replaced after job {s.job}'s next checkpoint "
+                      f"(none written in {checkpoint.directory or '?'} since it was named)")  # fmt: skip
+    if recent_replacements >= policy.max_replacements:
+        brake = (
+            f"rate limit: {policy.max_replacements} replacement(s) already in the last "
+            f"{policy.replacement_window_s:g} s (recovery.max_replacements); held: {why}"
+        )
+        return Action(Kind.HOLD, (node.name,), brake)
+    reason = (f"straggler: {why}; job {s.job} checkpointed since ({checkpoint.newest} in "
+              f"{checkpoint.directory}): replaced, the job is requeued and resumes from it")  # fmt: skip
+    spare = next((n for n in spares if n.spare and n.group == node.group and _healthy(n, {})), None)
+    return Action(Kind.REPLACE, (node.name, spare.name) if spare else (node.name,), reason)

@@ -31,6 +31,7 @@ class Heartbeat:
         self._tmp = directory / f".{job}.{rank}.tmp"
         self._last_ns = 0
         self._last_step = 0
+        self._window_ns = 0  # the step time last written
         self.step = 0
         #: no spaces: the file is split on them
         self.node = "".join((node or socket.gethostname()).split()) or "-"
@@ -44,7 +45,16 @@ class Heartbeat:
         # the mean step time since the last write (0: no step since, or the first write)
         steps = self.step - self._last_step
         step_ns = (now - self._last_ns) // steps if self._last_ns and steps > 0 else 0
-        self._last_ns, self._last_step = now, self.step
+        self._last_ns, self._last_step, self._window_ns = now, self.step, step_ns
+        self._write(now, step_ns)
+
+    def touch(self) -> None:
+        """A sign of life that is not a step (a long checkpoint save): the file says now, with the
+        same step and the last window's step time, so the step count and the straggler
+        detection's windows stay as they were (the save's time counts in the next window's steps)."""
+        self._write(time.time_ns(), self._window_ns)
+
+    def _write(self, now: int, step_ns: int) -> None:
         try:
             self._tmp.write_text(f"{self.step} {now} {step_ns} {self.node}\n")
             os.replace(self._tmp, self.path)  # readers never see half a line
@@ -73,12 +83,21 @@ def beat(*, force: bool = False) -> None:
         _default.beat(force=force)
 
 
+def alive() -> None:
+    """This process is alive but not stepping (:meth:`Heartbeat.touch`; a no-op without a
+    heartbeat)."""
+    if _default is not None:
+        _default.touch()
+
+
 @dataclass(frozen=True, slots=True)
 class Silence:
     job: str
     rank: int
     last_step: int
     silent_s: float
+    step_ns: int = 0  # its mean step time in the window before its last write (0: none known)
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +143,7 @@ def read(directory: Path, *, now_ns: int | None = None) -> list[Silence]:
         job, _, rank = entry.name.rpartition(".")
         try:
             b = parse(int(rank), entry.read_text())
-            out.append(Silence(job, b.rank, b.step, (now_ns - b.ts_ns) / 1e9))
+            out.append(Silence(job, b.rank, b.step, (now_ns - b.ts_ns) / 1e9, b.step_ns, b.node))
         except (OSError, ValueError):
             continue  # being replaced this instant, or not ours
     return sorted(out, key=lambda s: -s.silent_s)

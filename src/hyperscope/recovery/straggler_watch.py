@@ -1,7 +1,8 @@
 """The agent's straggler watch: each pass, every running job's ranks' step times (heartbeats)
 shown to the tracker (``recovery.stragglers``, pure); a rank it names is written to agent.log and
 its node's ``straggler`` (``list-nodes``), captured beside a median rank under the ``profile``
-policy (``hyperscope capture``'s library, on a thread), and cleared once back at speed."""
+policy (``hyperscope capture``'s library, on a thread), its node replaced under the ``replace``
+policy (``recovery.straggler_replace``), and cleared once back at speed."""
 
 from __future__ import annotations
 
@@ -65,6 +66,10 @@ def watch(self: Agent, state: ClusterState, jobs: list[Job]) -> list[Action]:
                 _profile(self, action, s, state)
             else:
                 _name(self, s, action.reason, action.reason)
+    if self.policy.stragglers.action == "replace":
+        from hyperscope.recovery import straggler_replace
+
+        actions += straggler_replace.replace(self, state, list(now_slow.values()))
     return actions
 
 

@@ -30,7 +30,8 @@ class StragglerPolicy:
     #: ... and a straggler once it has been slow for this many consecutive steps
     steps: int = 20
     #: what the agent does about one: "notify" (log it, show it), "profile" (also capture the slow
-    #: rank and a median one, ``hyperscope capture``), "off" (do not look)
+    #: rank and a median one, ``hyperscope capture``), "replace" (also replace its node by a spare
+    #: once the job has checkpointed since: ``decide.decide_straggler_replace``), "off" (do not look)
     action: str = "notify"
     #: steps each capture of the "profile" action records
     profile_steps: int = 10

@@ -13,7 +13,9 @@ numbers hold exactly.
 from __future__ import annotations
 
 import gzip
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +35,12 @@ from hyperscope.server.limits import QueryLimits
 from hyperscope.server.params import INT64_MAX, RANK_MAX, TIME_MAX, TIME_MIN, check_window
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.links import MAX_MATCHES
+from hyperscope.timeline.range import prepare as prepare_range_tables
 from hyperscope.timeline.range import range_stats
 from hyperscope.timeline.rows import extent, is_sample_row
 from hyperscope.timeline.tile import MAX_ROWS, MAX_WIDTH
+
+log = logging.getLogger("hyperscope.server")
 
 MEDIA_TYPE: Final = "application/vnd.hyperscope.tile"
 #: tiles are compressed by their worker, not by the app's GZipMiddleware: no hand-over to one more
@@ -106,6 +111,31 @@ class _Builds:
 
 
 _BUILDS = _Builds()
+
+#: profiles (index directories) whose range tables were asked for in the background; and how long
+#: after the first ``/rows`` that starts: the first tiles are drawn first
+_PREPARED: set[Path] = set()
+_PREPARED_LOCK = threading.Lock()
+PREPARE_DELAY_S: Final = 2.0
+
+
+def _prepare_ranges(profile: Profile) -> None:
+    """Builds the range statistics' tables of the profile's index in a thread, once per index, so
+    that the first Shift-drag over the whole run answers from them (timeline/range.py)."""
+    where = tl.index.index_dir(profile)
+    with _PREPARED_LOCK:
+        if where in _PREPARED:
+            return
+        _PREPARED.add(where)
+
+    def run() -> None:
+        time.sleep(PREPARE_DELAY_S)
+        try:
+            prepare_range_tables(tl.load(profile))
+        except Exception as exc:  # a range request builds them itself, and reports what fails
+            log.debug("hyperscope: range tables of %s not built ahead: %s", where, exc)
+
+    threading.Thread(target=run, name="hyperscope-range-tables", daemon=True).start()
 
 
 def rows_answer(
@@ -179,6 +209,7 @@ def router(
             )
 
         answer, cached = rows_answer(hit, profile, limits, cache)
+        _prepare_ranges(profile)
         return _json({**answer, "cached": cached})
 
     @api.get("/tile")

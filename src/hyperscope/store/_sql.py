@@ -55,17 +55,25 @@ def _object_size(largest: int) -> int:
     return max(16 << 20, largest + 64)
 
 
-def read_raw(path: str, largest: int = 0) -> str:
+def _files(path: str | list[str]) -> str:
+    return quote(path) if isinstance(path, str) else "[" + ", ".join(quote(p) for p in path) + "]"
+
+
+def read_raw(path: str | list[str], largest: int = 0) -> str:
+    """Table ``raw`` of the events of one chunk file, or of several with a ``filename`` column
+    (small files are read in one statement: DuckDB's fixed cost per statement, ~25 ms to plan
+    ``rows``, is most of a small file's import)."""
+    several = ", filename=true" if isinstance(path, list) else ""
     return (
-        f"CREATE OR REPLACE TEMP TABLE raw AS SELECT * FROM read_json({quote(path)}, "
-        f"format='array', columns={RAW_COLUMNS}, maximum_object_size={_object_size(largest)})"
+        f"CREATE OR REPLACE TEMP TABLE raw AS SELECT * FROM read_json({_files(path)}, "
+        f"format='array', columns={RAW_COLUMNS}, maximum_object_size={_object_size(largest)}{several})"
     )
 
 
-def unknown_keys(path: str, largest: int = 0) -> str:
+def unknown_keys(path: str | list[str], largest: int = 0) -> str:
     known = ", ".join(quote(k) for k in KNOWN_KEYS)
     return (
-        f"SELECT count(*) FROM read_json({quote(path)}, format='array', records=false, "
+        f"SELECT count(*) FROM read_json({_files(path)}, format='array', records=false, "
         f"columns={{'json': 'JSON'}}, maximum_object_size={_object_size(largest)}) "
         f"WHERE len(list_filter(json_keys(json), lambda k: k NOT IN ({known}))) > 0"
     )
@@ -139,13 +147,25 @@ def kind_case() -> str:
 
 def rows(rank: int, node: str) -> str:
     """Final rows of one chunk of ``raw``, in the column order of the event schema."""
+    return _rows(f"{int(rank)}::INTEGER", quote(node))
+
+
+def rows_by_file(files: dict[str, tuple[int, str]]) -> str:
+    """Final rows of ``raw`` read from several files (``read_raw`` of a list): each file's rank
+    and node, by its ``filename``."""
+    ranks = " ".join(f"WHEN {quote(f)} THEN {int(r)}" for f, (r, _) in files.items())
+    nodes = " ".join(f"WHEN {quote(f)} THEN {quote(n)}" for f, (_, n) in files.items())
+    return _rows(f"(CASE filename {ranks} END)::INTEGER", f"(CASE filename {nodes} END)")
+
+
+def _rows(rank: str, node: str) -> str:
     memcpy = "|".join(MEMCPY_KINDS)
     memcpy_cats = ", ".join(quote(c) for c in categories_of(EventKind.MEMCPY))
     paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
     typed = _typed_args()
     cols = [
-        f"{rank}::INTEGER AS rank",
-        f"{quote(node)} AS node",
+        f"{rank} AS rank",
+        f"{node} AS node",
         "pid_i AS pid",
         "tid_i AS tid",
         f"{kind_case()} AS kind",

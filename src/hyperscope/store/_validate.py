@@ -22,11 +22,15 @@ from hyperscope.store._tracefile import Chunk, split_events
 
 #: What DuckDB would accept leniently (a boolean or a string as a time, integers beyond 64 bits
 #: read as doubles): a chunk holding one goes through the exact parser, which refuses it clearly.
-_SUSPECT_TIME: Final = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false|null|"|\[|\{)')
-_TRAILING_COMMA: Final = re.compile(rb",[ \t\r\n]*[\]}]")
+#: Searched in the normalized text (``_NORMALIZE``: no whitespace, no signs).
+_SUSPECT_TIME: Final = re.compile(rb'"(?:ts|dur)":[tfn"\[{]')
+_TRAILING_COMMAS: Final = (b",]", b",}")
 #: Digits become 0 and E becomes e, so plain substring searches find long numbers: a regex with a
-#: digit class is ten times slower. A false alarm (inside a string) only costs speed.
+#: digit class is ten times slower. Whitespace and signs are dropped, so a trailing comma is two
+#: bytes and "1e+308" reads "0e000" (one pass instead of two regexes over the raw text: 0.10 s per
+#: 16 MB instead of 0.13). A false alarm (inside a string) only costs speed.
 _NORMALIZE: Final = bytes.maketrans(b"123456789E", b"000000000e")
+_DROPPED: Final = b"+- \t\r\n"
 _SUSPECT_NUMBERS: Final = (
     b"0" * 20,  # an integer of 20 digits may exceed 64 bits (2**64 has 20 digits)
     b"0e000",  # a number with an exponent of 3 digits may overflow or underflow a double
@@ -37,9 +41,9 @@ _SUSPECT_NUMBERS: Final = (
 
 def fast_path_safe(text: bytes) -> bool:
     """Whether DuckDB's reader would accept exactly what the exact parser accepts."""
-    if _SUSPECT_TIME.search(text) or _TRAILING_COMMA.search(text):
+    normalized = text.translate(_NORMALIZE, _DROPPED)
+    if any(s in normalized for s in _TRAILING_COMMAS) or _SUSPECT_TIME.search(normalized):
         return False
-    normalized = text.translate(_NORMALIZE, b"+-")  # signs dropped: "1e+308" reads "0e000"
     return not any(s in normalized for s in _SUSPECT_NUMBERS)
 
 

@@ -216,6 +216,7 @@ def build(
                 "depth": (total, np.dtype(np.uint8)),
                 "src": (total, src_type),
                 "perm": (total, _int_type(0, widest, np.uint32)),
+                "pts": (total, np.dtype(np.int64)),
             },
         )
         m = con.execute(
@@ -311,7 +312,9 @@ def _fill_row(
     cols.put("depth", start, depth)
     for column, key in (("name", "nid"), ("kind", "kind"), ("corr", "corr"), ("src", "src")):
         cols.put(column, start, np.asarray(got[key][sl])[order])
-    cols.put("perm", start, inverse[by_class])
+    perm = inverse[by_class]
+    cols.put("perm", start, perm)
+    cols.put("pts", start, ts[perm])
     depth_starts = np.searchsorted(depth, np.arange(int(depth[-1]) + 2)) + start
     class_starts = np.searchsorted(np.sort(cls), np.arange(CLASSES + 1)) + start
     return (

@@ -3,8 +3,12 @@
 A tile must answer in milliseconds whatever the zoom, and the Parquet store is sorted by
 ``(rank, pid, tid, kind, ts_ns)``, which mixes the kinds of one thread and knows nothing of nesting.
 So once per profile (at import, at the end of a capture, or at first view) the events are read once
-and kept beside the profile in ``<profile>/derived/timeline-<digest>/`` as plain ``.npy`` columns
-that later processes memory-map:
+and arranged in the columns below. A profile of ``STORE_MIN_EVENTS`` or more keeps them beside it
+in ``<profile>/derived/timeline-<digest>/`` as compressed blocks (``_blocks``: ``<column>.blk`` and
+``meta.json.zst``, about 0.1-2 bytes an event against 32 as plain arrays) that a later process
+decodes a block at a time, only where its tiles look; a smaller one is built at its first view and
+held in memory (about a second; stored, even compressed, it weighs about as much as its events). The
+``.npy`` columns of earlier versions still read (memory-mapped):
 
 - rows: one per host thread (``host/<rank>/<pid>/<tid>``) and per GPU stream
   (``stream/<rank>/<device>/<stream>``); within a row events are sorted by ``(depth, ts_ns)``, where
@@ -17,13 +21,15 @@ that later processes memory-map:
 - ``perm``: the row's events again (positions relative to the row's start), grouped by duration
   class ``floor(log2(dur))`` and sorted by start within a class, so the events wider than a pixel
   are found by binary search in the classes that can hold them (all of a tile's (row, class)
-  searches at once, ``tile._class_ranges``), never by scanning the small ones;
+  searches at once, ``tile._class_ranges``), never by scanning the small ones; ``pts``, the start
+  times in that order, so that those searches read one column where they search (compressed, a
+  search through ``ts[perm]`` would decode a block of ``ts`` per probe);
 - instants (``ph`` ``i``/``I``, not ``[memory]`` or counters): ``m_ts``, ``m_name``, ``m_src`` per
   row, sorted by ``(ts, id)``, for the tiles' marks. A row may hold only instants (no events).
 
 Each column takes the narrowest integer type its values fit (``name`` uint16 below 65,536 names,
-``corr`` int32, ``depth`` uint8 up to 255 levels, ``src`` and ``perm`` uint32), written in the
-``.npy`` header itself; ``ts`` and ``cum`` are int64. An event's id (``src``) is its row number in
+``corr`` int32, ``depth`` uint8 up to 255 levels, ``src`` and ``perm`` uint32), kept in the blocks'
+directory; ``ts`` and ``cum`` are int64. An event's id (``src``) is its row number in
 the profile's part files taken in name order (``offsets`` in ``meta.json`` says where each part
 begins): below 2^53, so JSON-safe, and stable for a given index.
 
@@ -54,13 +60,15 @@ import numpy.typing as npt
 from hyperscope._proc import process_alive
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
-from hyperscope.store.derived import DERIVED_DIR, source_digest
+from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
 from hyperscope.store.profile import Profile
+from hyperscope.timeline import _blocks
 
 log = logging.getLogger("hyperscope.timeline")
 
 I64 = npt.NDArray[np.int64]
 Ints = npt.NDArray[Any]  # an integer column of the narrowest type that holds it
+Column = Any  # an index column: ``Ints`` or ``_blocks.BlockColumn`` (read as arrays are)
 
 #: kinds drawn on a host row (the thread that recorded them)
 HOST_KINDS: Final = (
@@ -84,9 +92,28 @@ KINDS: Final[tuple[str, ...]] = tuple(str(k) for k in (*HOST_KINDS, *DEVICE_KIND
 NOT_MARKS: Final = (EventKind.MEMORY, EventKind.COUNTER)
 #: duration classes: floor(log2(dur_ns)), 0 for 0 and 1 ns
 CLASSES: Final = 64
-COLUMNS: Final = ("ts", "cum", "name", "kind", "corr", "depth", "src", "perm", "m_ts", "m_name", "m_src")
+COLUMNS: Final = (
+    "ts",
+    "cum",
+    "name",
+    "kind",
+    "corr",
+    "depth",
+    "src",
+    "perm",
+    "pts",
+    "m_ts",
+    "m_name",
+    "m_src",
+)
 #: depth is clipped there (the lanes below it may overlap)
 MAX_DEPTH: Final = 65535
+#: profiles with fewer events than this keep no index on disk: built at the first view (about a
+#: second) and held in memory, since even compressed it weighs about as much as their events (on
+#: the shared traces, 0.85-1.0 times: the stored profile would break its bound of a third of the
+#: gzipped JSON; bench/README.md, "Storage"); ``HYPERSCOPE_TIMELINE_STORE_MIN``
+STORE_MIN_EVENTS: Final = 1_000_000
+META: Final = "meta.json.zst"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,17 +191,20 @@ class Index:
     names: tuple[str, ...]
     parts: tuple[str, ...]  # part file names, in event-id order
     offsets: tuple[int, ...]  # event id of each part's first row (len parts + 1, last = all rows)
-    ts: I64
-    cum: I64  # len(ts) + 1: durations summed over the earlier events of the index
-    name: Ints
-    kind: npt.NDArray[np.int8]
-    corr: Ints  # -1 where the event has no correlation
-    depth: Ints
-    src: Ints  # event id: row number over the part files, in name order
-    perm: Ints  # relative to the row's start
-    m_ts: I64  # instants
-    m_name: Ints
-    m_src: Ints
+    # each column an array (built in memory, or the earlier layout's memory-mapped ``.npy``) or a
+    # ``_blocks.BlockColumn`` (stored): both read as arrays are, by index, slice or index array
+    ts: Column
+    cum: Column  # len(ts) + 1: durations summed over the earlier events of the index
+    name: Column
+    kind: Column  # int8
+    corr: Column  # -1 where the event has no correlation
+    depth: Column
+    src: Column  # event id: row number over the part files, in name order
+    perm: Column  # relative to the row's start
+    pts: Column  # ts[start + perm]: the starts in class order, what the tiles' bisections read
+    m_ts: Column  # instants
+    m_name: Column
+    m_src: Column
 
     @functools.cached_property
     def by_id(self) -> dict[str, RowInfo]:
@@ -186,13 +216,15 @@ class Index:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the arrays (what the index takes on disk, but the few of the headers)."""
+        """Bytes of the arrays (what the index takes on disk, but the few of the headers; for
+        compressed blocks, their bytes on disk)."""
         return sum(int(getattr(self, c).nbytes) for c in COLUMNS)
 
 
 #: indexes kept in this process, least recently used first, with the bytes each holds in memory:
-#: one read from disk is memory-mapped (its pages are the OS's file cache: 0 counted), one built
-#: in memory (a read-only store) holds all its arrays, ~32 bytes an event. A server looking through
+#: one read from disk holds its directory only (its decoded blocks are ``_blocks.CACHE``'s, bounded
+#: on their own; 0 counted), one built in memory (a small profile, a read-only store) holds all its
+#: arrays, ~32 bytes an event. A server looking through
 #: many profiles of a read-only store would otherwise keep every one it ever drew.
 _CACHE: OrderedDict[Path, tuple[Index, int]] = OrderedDict()
 #: at most this many indexes kept, and this many bytes of those built in memory
@@ -251,8 +283,10 @@ def _cached(where: Path) -> Index | None:
 
 
 def _mapped(index: Index) -> bool:
-    """Whether the arrays are views of the stored files (``_read``), not arrays of their own."""
-    return isinstance(index.ts.base, np.memmap)
+    """Whether the arrays are read from the stored files (``_read``: compressed blocks, decoded
+    into the process's bounded block cache, or memory-mapped ``.npy`` of the earlier layout), not
+    arrays of their own."""
+    return isinstance(index.ts, _blocks.BlockColumn) or isinstance(getattr(index.ts, "base", None), np.memmap)
 
 
 def _keep(where: Path, index: Index, resident: int) -> None:
@@ -274,14 +308,37 @@ def ready(profile: Profile) -> bool:
 
 
 def _ready(where: Path) -> bool:
-    return where in _CACHE or (where / "meta.json").is_file()
+    return where in _CACHE or (where / META).is_file() or (where / "meta.json").is_file()
+
+
+def store_min_events() -> int:
+    """Profiles with fewer events keep no index on disk (``STORE_MIN_EVENTS``, else the variable)."""
+    try:
+        return int(os.environ.get("HYPERSCOPE_TIMELINE_STORE_MIN", STORE_MIN_EVENTS))
+    except ValueError:
+        return STORE_MIN_EVENTS
+
+
+def worth_storing(profile: Profile) -> bool:
+    """Whether the profile is large enough for its index to be kept on disk (``STORE_MIN_EVENTS``:
+    a smaller one is built in memory at its first view, in about a second)."""
+    import pyarrow.parquet as pq
+
+    try:
+        events = int(sum(pq.ParquetFile(p).metadata.num_rows for p in _parts(profile)))
+    except (OSError, ValueError):
+        return True
+    return events >= store_min_events()
 
 
 def store(profile: Profile) -> bool:
-    """Build the profile's index and keep it beside the profile, unless it is there already (what
-    import and the end of a capture do, so that the first view reads it from disk). False where the
-    store is read-only: the first view then builds it in memory. Nothing is kept in this process."""
+    """Build the profile's index and keep it beside the profile, unless it is there already or the
+    profile is too small to be worth it (what import and the end of a capture do, so that the first
+    view of a large profile reads it from disk). False where the store is read-only or the profile
+    small: the first view then builds it in memory. Nothing is kept in this process."""
     where = index_dir(profile)
+    if not worth_storing(profile):
+        return False
     with _lock(where):
         return _ready(where) or _build_into(profile, where) is not None
 
@@ -300,7 +357,8 @@ def _build_into(
         log.debug("hyperscope: the timeline index of %s is kept in memory: %s", where, exc)
         return None
     try:
-        index = build(profile, tmp, progress)
+        build(profile, tmp, progress)
+        pack(tmp)
         for old in where.parent.glob("timeline-*"):  # indexes of older code or fewer parts
             if old != where:
                 shutil.rmtree(old, ignore_errors=True)
@@ -310,8 +368,23 @@ def _build_into(
         return None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    found = _read(where)
-    return found if found is not None else index
+    return _read(where)
+
+
+def pack(where: Path) -> None:
+    """Turn the ``.npy`` columns and ``meta.json`` a build wrote into ``where`` into compressed
+    blocks (``<column>.blk``, see ``_blocks``) and ``meta.json.zst`` with their directory. The
+    columns are read memory-mapped, a block at a time: memory stays bounded whatever the size."""
+    meta = json.loads((where / "meta.json").read_text())
+    columns: dict[str, Any] = {}
+    for c in COLUMNS:
+        values = np.load(where / f"{c}.npy", mmap_mode="r")
+        columns[c] = _blocks.write_column(where / f"{c}.blk", values, c)
+        del values
+        (where / f"{c}.npy").unlink()
+    meta["columns"] = columns
+    write_packed(where / META, json.dumps(meta, separators=(",", ":")).encode())
+    (where / "meta.json").unlink()
 
 
 def _remove_abandoned(derived: Path) -> None:
@@ -324,16 +397,26 @@ def _remove_abandoned(derived: Path) -> None:
 
 
 def _build_and_store(profile: Profile, where: Path, progress: Callable[[float], None] | None) -> Index:
-    """Built and stored; in memory where the store is read-only."""
-    index = _build_into(profile, where, progress)
+    """Built and stored; in memory where the store is read-only or the profile small."""
+    index = _build_into(profile, where, progress) if worth_storing(profile) else None
     return index if index is not None else build(profile, progress=progress)
 
 
 def _read(where: Path) -> Index | None:
+    """The stored index: compressed blocks (``meta.json.zst``), or the ``.npy`` columns earlier
+    versions wrote (``meta.json``), memory-mapped; None when there is none or it is not whole."""
     try:
-        meta = json.loads((where / "meta.json").read_text())
-        # plain arrays over the mapped files: slicing a memmap costs a Python call, hundreds a tile
-        arrays = {c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS}
+        if (where / META).is_file():
+            meta = json.loads(read_packed(where / META))
+            arrays: dict[str, Any] = {
+                c: _blocks.BlockColumn(where / f"{c}.blk", c, meta["columns"][c]) for c in COLUMNS
+            }
+        else:
+            meta = json.loads((where / "meta.json").read_text())
+            # plain arrays over the mapped files: slicing a memmap costs a Python call, hundreds a tile
+            arrays = {
+                c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS if c != "pts"
+            }
         rows = tuple(
             RowInfo(
                 **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}
@@ -341,9 +424,19 @@ def _read(where: Path) -> Index | None:
             for r in meta["rows"]
         )
         names, parts, offsets = tuple(meta["names"]), tuple(meta["parts"]), tuple(meta["offsets"])
-    except (OSError, ValueError, KeyError, TypeError):
+        if "pts" not in arrays:  # the .npy layout has no pts: computed (one pass, in memory)
+            arrays["pts"] = _starts_by_class(arrays["ts"], arrays["perm"], rows)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     return Index(rows=rows, names=names, parts=parts, offsets=offsets, **arrays)
+
+
+def _starts_by_class(ts: Ints, perm: Ints, rows: tuple[RowInfo, ...]) -> I64:
+    """``pts`` of an index stored without it: each row's starts taken in ``perm``'s order."""
+    out = np.empty(len(perm), dtype=np.int64)
+    for r in rows:
+        out[r.start : r.stop] = ts[r.start + np.asarray(perm[r.start : r.stop], dtype=np.int64)]
+    return out
 
 
 def span(index: Index) -> tuple[int, int]:

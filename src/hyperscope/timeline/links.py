@@ -193,7 +193,7 @@ def _find(ids: npt.NDArray[Any], event_id: int, within: tuple[int, int] | None) 
         where = np.flatnonzero(ids[lo:hi] == event_id)
         if len(where):
             return int(where[0]) + lo
-    where = np.flatnonzero(ids == event_id)  # no row, or a wrong one: look everywhere
+    where = np.flatnonzero(np.asarray(ids) == event_id)  # no row, or a wrong one: look everywhere
     return int(where[0]) if len(where) else None
 
 

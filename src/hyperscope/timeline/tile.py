@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hyperscope.errors import UsageError
-from hyperscope.timeline.index import CLASSES, KINDS, Index, RowInfo
+from hyperscope.timeline._blocks import searchsorted
+from hyperscope.timeline.index import CLASSES, KINDS, Column, Index, RowInfo
 
 I64 = npt.NDArray[np.int64]
 
@@ -171,7 +172,7 @@ def _lower_bound(index: Index, base: I64, lo: I64, hi: I64, target: I64) -> I64:
             return lo
         mid = (lo + hi) >> 1
         probe = np.where(active, mid, first)  # a valid position of the pair's own row
-        key = index.ts[base + index.perm[probe]]
+        key = index.pts[probe]  # = ts[base + perm[probe]], one column read where it is searched
         right = active & (key < target)
         lo = np.where(right, mid + 1, lo)
         hi = np.where(active & ~right, mid, hi)
@@ -188,6 +189,23 @@ def _wide_count(index: Index, pairs: _Ranges, thr: float) -> int:
         elif _CLASS_MAX[c] >= thr:
             n += int(np.count_nonzero(index.dur[index.perm[lo:hi].astype(np.int64) + base] >= thr))
     return n
+
+
+def _end_of(index: Index, i: int) -> int:
+    c = index.cum[i : i + 2]
+    return int(index.ts[i]) + int(c[1]) - int(c[0])
+
+
+def _covered_at(ts: Column, cum: Column, lo: int, hi: int, x: I64) -> I64:
+    """``_covered`` of the index's events ``[lo, hi)`` (one depth of one row), read through the
+    columns themselves: for stored blocks, only those where ``x`` falls are decoded."""
+    j = searchsorted(ts, lo, hi, x, side="right")
+    k = np.maximum(j - 1, lo)
+    both = np.asarray(cum[np.concatenate([k, k + 1])], dtype=np.int64)  # one read, not two
+    c0 = both[: len(k)]
+    dur = both[len(k) :] - c0
+    gap = x - np.asarray(ts[k], dtype=np.int64)
+    return np.where(j > lo, c0 + np.minimum(gap, dur), np.int64(cum[lo]))
 
 
 def _covered(ts: npt.NDArray[Any], cum: npt.NDArray[Any], x: I64) -> I64:
@@ -225,30 +243,33 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
     ev_parts: list[I64] = []
     ev_rows: list[int] = []
     bins: list[tuple[int, int, npt.NDArray[np.intp], I64, I64]] = []
+    # the candidates of every row at once (one read of each column, not one per (row, class))
+    lengths = pairs.hi - pairs.lo
+    at = np.repeat(pairs.lo - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+    cand = np.repeat(pairs.base, lengths) + np.asarray(index.perm[at], dtype=np.int64)
+    cand_row = np.repeat(pairs.row, lengths)
+    ts, dur = np.asarray(index.ts[cand], dtype=np.int64), index.dur[cand]
+    keep = (dur >= thr) & (ts < t1) & (ts + dur > t0)
+    cand, cand_row = cand[keep], cand_row[keep]
+    by_row = np.lexsort((cand, cand_row))  # per row, in index order: (depth, ts)
+    cand, cand_row = cand[by_row], cand_row[by_row]
+    row_cuts = np.searchsorted(cand_row, np.arange(len(infos) + 1))
+    cand_depth = np.asarray(index.depth[cand], dtype=np.int64)
     for r, info in enumerate(infos):
-        mine = np.flatnonzero(pairs.row == r).tolist()
-        idx = (
-            np.concatenate([pairs.base[p] + index.perm[pairs.lo[p] : pairs.hi[p]] for p in mine])
-            if mine
-            else np.zeros(0, np.int64)
-        ).astype(np.int64)
-        ts, dur = index.ts[idx], index.dur[idx]
-        keep = (dur >= thr) & (ts < t1) & (ts + dur > t0)
-        idx = np.sort(idx[keep])  # index order: (depth, ts)
+        idx = cand[row_cuts[r] : row_cuts[r + 1]]
         ev_parts.append(idx)
         ev_rows.append(len(idx))
-        wide_depth = index.depth[idx]
+        wide_depth = cand_depth[row_cuts[r] : row_cuts[r + 1]]
         for d in range(info.depths):
             lo, hi = info.depth_starts[d], info.depth_starts[d + 1]
             if lo == hi:
                 continue
-            s_ts, s_cum = index.ts[lo:hi], index.cum[lo : hi + 1]
-            a, b = np.searchsorted(s_ts, edges[[0, -1]], side="left").tolist()
-            if a == b and (a == 0 or s_ts[a - 1] + (s_cum[a] - s_cum[a - 1]) <= t0):
+            a, b = searchsorted(index.ts, lo, hi, edges[[0, -1]], side="left").tolist()
+            if a == b and (a == lo or _end_of(index, a - 1) <= t0):
                 continue  # nothing of this depth in the window
-            starts = np.searchsorted(s_ts, edges, side="left")
+            starts = searchsorted(index.ts, lo, hi, edges, side="left")
             count = np.diff(starts)
-            busy = np.diff(_covered(s_ts, s_cum, edges))
+            busy = np.diff(_covered_at(index.ts, index.cum, lo, hi, edges))
             w = idx[wide_depth == d]
             if len(w):
                 w_ts, w_dur = index.ts[w], index.dur[w]
@@ -309,7 +330,7 @@ def _marks(
     for r, info in enumerate(infos):
         if info.m_stop == info.m_start:
             continue
-        starts = np.searchsorted(index.m_ts[info.m_start : info.m_stop], edges, side="left")
+        starts = searchsorted(index.m_ts, info.m_start, info.m_stop, edges, side="left") - info.m_start
         count = np.diff(starts)
         cols = np.flatnonzero(count)
         rows.append(np.full(len(cols), r, np.uint16))

@@ -1,0 +1,169 @@
+"""The index's compressed blocks: what is decoded equals what was written, reads decode only the
+blocks asked for, the decoded-block cache never holds more than its bound, small profiles keep no
+index on disk, and the earlier ``.npy`` layout still reads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hyperscope import timeline as tl
+from hyperscope.store.profile import Profile
+from hyperscope.timeline import _blocks
+from hyperscope.timeline._blocks import BlockColumn, decode_block, encode_block, write_column
+
+EDGE_VALUES = [
+    np.zeros(0, np.int64),
+    np.asarray([7], np.int64),
+    np.asarray([np.iinfo(np.int64).min, 0, np.iinfo(np.int64).max, -1, 5], np.int64),
+    np.arange(1000, dtype=np.int64) * 1_000_003 + 1_700_000_000_000_000_000,
+    np.random.default_rng(1).integers(-(1 << 40), 1 << 40, 777),
+]
+
+
+@pytest.mark.parametrize("values", EDGE_VALUES, ids=["empty", "one", "extremes", "growing", "random"])
+@pytest.mark.parametrize("delta", [False, True])
+def test_a_block_decodes_to_what_was_encoded(values: np.ndarray, delta: bool) -> None:
+    raw, entry = encode_block(values, delta)
+    got = decode_block(raw, len(values), entry, delta, np.dtype(np.int64))
+    assert got.dtype == np.int64 and np.array_equal(got, values)
+
+
+def test_narrow_types_come_back_as_written() -> None:
+    values = np.asarray([3, 0, 65535, 12], np.uint16)
+    raw, entry = encode_block(values, False)
+    assert entry[3] == 2  # two bytes a value before zstd
+    got = decode_block(raw, 4, entry, False, np.dtype(np.uint16))
+    assert got.dtype == np.uint16 and np.array_equal(got, values)
+
+
+def column(
+    tmp_path: Path, values: np.ndarray, name: str, block: int, monkeypatch: pytest.MonkeyPatch
+) -> BlockColumn:
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_BLOCK", str(block))
+    directory = write_column(tmp_path / f"{name}.blk", values, name)
+    return BlockColumn(tmp_path / f"{name}.blk", name, json.loads(json.dumps(directory)))
+
+
+def test_a_column_reads_as_its_array(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rnd = np.random.default_rng(2)
+    values = np.sort(rnd.integers(0, 1 << 50, 5000))
+    col = column(tmp_path, values, "ts", 64, monkeypatch)
+    assert len(col) == 5000 and col.dtype == np.int64 and np.array_equal(np.asarray(col), values)
+    for sl in (
+        slice(0, 1),
+        slice(63, 65),
+        slice(100, 4000),
+        slice(4990, 6000),
+        slice(10, 2),
+        slice(5, 900, 7),
+    ):
+        assert np.array_equal(col[sl], values[sl]), sl
+    idx = rnd.integers(-5000, 5000, 300)
+    assert np.array_equal(col[idx], values[idx]) and np.array_equal(col[np.sort(idx)], values[np.sort(idx)])
+    assert int(col[-1]) == values[-1] and int(col[64]) == values[64]
+    assert np.array_equal(col[values > values[2500]], values[values > values[2500]])
+    with pytest.raises(IndexError):
+        col[5000]
+    with pytest.raises(IndexError):
+        col[np.asarray([1, 5000])]
+
+
+def test_searches_equal_numpy_and_decode_only_their_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of equal values across block edges, sub-ranges starting and ending mid-block, values
+    before and after everything: the answers are numpy's; and a search for one value decodes one
+    block, not the range."""
+    rnd = np.random.default_rng(3)
+    values = np.sort(rnd.integers(0, 400, 3000))  # many repeats, straddling the 64-entry blocks
+    col = column(tmp_path, values, "ts", 64, monkeypatch)
+    for lo, hi in ((0, 3000), (1, 2999), (64, 128), (70, 71), (500, 500), (130, 2000)):
+        probe = np.sort(rnd.integers(-5, 405, 200))
+        for side in ("left", "right"):
+            want = lo + np.searchsorted(values[lo:hi], probe, side=side)  # type: ignore[call-overload]
+            assert np.array_equal(col.searchsorted(lo, hi, probe, side), want), (lo, hi, side)
+            shuffled = rnd.permutation(probe)
+            want = lo + np.searchsorted(values[lo:hi], shuffled, side=side)  # type: ignore[call-overload]
+            assert np.array_equal(col.searchsorted(lo, hi, shuffled, side), want)
+    _blocks.CACHE.clear()
+    misses = _blocks.CACHE.misses
+    col.searchsorted(0, 3000, np.asarray([200]))
+    assert _blocks.CACHE.misses - misses == 1
+
+
+def test_the_decoded_blocks_stay_under_their_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 MiB of cache, a 4 MB column read twice over: never more than 1 MiB kept, and what is read
+    is still right (blocks dropped are decoded again)."""
+    values = np.arange(500_000, dtype=np.int64) * 3
+    col = column(tmp_path, values, "ts", 4096, monkeypatch)
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_CACHE_MB", "1")
+    _blocks.CACHE.clear()
+    peak = 0
+    for _ in range(2):
+        for start in range(0, len(values), 20_000):
+            assert np.array_equal(col[start : start + 20_000], values[start : start + 20_000])
+            peak = max(peak, _blocks.CACHE.nbytes)
+    assert 0 < peak <= 1 << 20
+    assert np.array_equal(np.asarray(col), values) and _blocks.CACHE.nbytes <= 1 << 20
+    del col  # a column gone takes its blocks with it
+    assert _blocks.CACHE.nbytes == 0
+
+
+def test_a_stored_index_is_blocks_far_smaller_than_its_arrays(generated: Profile) -> None:
+    index = tl.load(generated)
+    where = tl.index.index_dir(generated)
+    assert sorted(p.name for p in where.iterdir()) == sorted(
+        [tl.index.META, *(f"{c}.blk" for c in tl.index.COLUMNS)]
+    )
+    stored = sum(p.stat().st_size for p in where.iterdir())
+    plain = sum(np.asarray(getattr(index, c)).nbytes for c in tl.index.COLUMNS)
+    assert stored * 4 < plain
+
+
+def test_a_small_profile_keeps_no_index_on_disk(
+    tmp_path: Path, generated: Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``STORE_MIN_EVENTS`` the index is built in memory at the first view and answers the
+    same tiles as a stored one."""
+    copy = tmp_path / "p"
+    shutil.copytree(generated.path, copy, ignore=shutil.ignore_patterns("derived"))
+    small = Profile.open(copy)
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_STORE_MIN", str(small.meta.events + 1))
+    assert not tl.index.store(small)
+    assert not list((copy / "derived").glob("timeline-*"))
+    index = tl.load(small)
+    assert not list((copy / "derived").glob("timeline-*")) and not tl.index._mapped(index)
+    stored = tl.load(generated)
+    rows = [r.id for r in stored.rows][:8]
+    lo, hi = tl.index.span(stored)
+    assert tl.encode(tl.tile(index, rows, lo, hi, 700)) == tl.encode(tl.tile(stored, rows, lo, hi, 700))
+
+
+def test_the_earlier_npy_layout_still_reads(tmp_path: Path, generated: Profile) -> None:
+    """An index an earlier version stored (``.npy`` columns and ``meta.json``) is memory-mapped and
+    answers as the blocks do."""
+    old = tmp_path / "timeline-old"
+    old.mkdir()
+    tl.index.build(generated, old)
+    assert (old / "meta.json").is_file() and (old / "ts.npy").is_file()
+    earlier = tl.index._read(old)
+    assert earlier is not None and tl.index._mapped(earlier)
+    stored = tl.load(generated)
+    rows = [r.id for r in stored.rows]
+    lo, hi = tl.index.span(stored)
+    for t0, t1 in ((lo, hi), (lo + (hi - lo) // 3, lo + (hi - lo) // 3 + 50_000)):
+        assert tl.encode(tl.tile(earlier, rows, t0, t1, 900)) == tl.encode(tl.tile(stored, rows, t0, t1, 900))
+
+
+def test_a_damaged_block_directory_is_no_index(tmp_path: Path, generated: Profile) -> None:
+    """A directory that does not match its column reads as no index (rebuilt), never as wrong data."""
+    tl.load(generated)
+    copy = tmp_path / "t"
+    shutil.copytree(tl.index.index_dir(generated), copy)
+    (copy / tl.index.META).write_bytes(b"hs-zstd1 broken")
+    assert tl.index._read(copy) is None
