@@ -116,3 +116,41 @@ def test_a_jitted_jax_loop_is_profiled_with_its_steps_marked_by_the_launcher(tmp
     tables = _check_report(home, "jax")
     assert tables["steps"]["rows"][0]["steps"] >= 3
     _check_served(home, "jax", 4)
+
+
+@_needs("jax")
+def test_an_xspace_that_fails_to_decode_switches_the_profiler_off_and_the_steps_go_on(
+    tmp_path: Path,
+) -> None:
+    # The XSpace is decoded on the writer's thread: a failure there must not stop the profile.
+    script = f"""
+import jax, jax.numpy as jnp
+import hyperscope as hs
+from hyperscope.capture import xla_backend
+
+def broken(*args, **kwargs):
+    raise RuntimeError("decoder exploded")
+
+xla_backend.xplane.read_rows = broken
+f = jax.jit(lambda x: jnp.tanh(x @ x).sum())
+x = jnp.ones((32, 32))
+hs.start_profiling(hs.ProfilerConfig(job="broken", home={str(tmp_path / "home")!r}, cpu_ops=True,
+                                     flush_every_steps=1, flush_min_gap_s=0, sample_interval_s=0))
+for _ in range(6):
+    f(x).block_until_ready()
+    hs.step()
+hs.stop_profiling()
+print("trained")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
+    assert "decoder exploded" in done.stderr and "switched off" in done.stderr
+    home = tmp_path / "home"
+    steps = query(home, "broken", "SELECT count(*) FROM events WHERE kind = 'step'")[0][0]
+    ops = query(home, "broken", "SELECT count(*) FROM events WHERE kind = 'cpu_op'")[0][0]
+    assert steps == 6 and ops == 0
+    with Store(home) as store:
+        job = store.job("broken")
+        notes = store.profile("broken").meta.ranks[0].notes
+    assert job.status is JobStatus.COMPLETED
+    assert any("decoder exploded" in n for n in notes), notes

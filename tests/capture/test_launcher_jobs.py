@@ -12,7 +12,7 @@ import pytest
 from hyperscope import JobStatus, Store
 from hyperscope.capture.api import launcher_identity
 from hyperscope.capture.config import ProfilerConfig
-from hyperscope.capture.session import STARTUP_NAME
+from hyperscope.capture.parts import STARTUP_NAME
 from tests.capture.profiles import query
 from tests.capture.test_launcher import HYPERSCOPE, PLAIN, profile
 from tests.conftest import REPO

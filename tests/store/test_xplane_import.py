@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from hyperscope import Store, TraceFormatError
+from hyperscope import timeline as tl
+from hyperscope.analysis.latency import launch_latency
 from hyperscope.capture.xplane import parse_xspace, plane_rows
 
 # -- a protobuf encoder for hand-made XSpaces (the parser's unit tests) ------------------------
@@ -93,6 +95,72 @@ def test_an_xspace_becomes_host_ops_python_functions_and_device_activity() -> No
     assert (kernel["cat"], kernel["pid"], kernel["tid"]) == ("kernel", 1, 7)
     assert '"correlation":42' in kernel["args"] and '"stream":7' in kernel["args"]
     assert by_name["MemcpyHtoD"]["cat"] == "gpu_memcpy"
+
+
+def _gpu_space() -> bytes:
+    """A GPU run as XLA's CUPTI collector writes it: a TF op on a host thread, the driver calls
+    it made on the ``/host:CUPTI`` plane (same thread, named after what they launched), and the
+    kernel and copy on the device plane, each pair sharing a correlation id."""
+    cpu = (
+        _int(1, 1) + _str(2, "/host:CPU") + _meta(4, 1, "_FusedMatMul")
+        + _msg(3, _int(1, 77) + _str(2, "tf_Compute") + _int(3, 0)
+               + _msg(4, _int(1, 1) + _int(2, 1_000_000) + _int(3, 20_000_000)))
+    )  # fmt: skip
+    cupti = (
+        _int(1, 3) + _str(2, "/host:CUPTI")
+        + _meta(4, 1, "volta_sgemm_128x64") + _meta(4, 2, "MemcpyH2D")
+        + _meta(5, 1, "device_id") + _meta(5, 2, "correlation_id")
+        + _msg(3, _int(1, 77) + _str(2, "Host Threads/77") + _int(3, 0)
+               + _msg(4, _int(1, 1) + _int(2, 2_000_000) + _int(3, 4_000_000)
+                      + _msg(4, _int(1, 1) + _int(3, 0)) + _msg(4, _int(1, 2) + _int(3, 42)))
+               + _msg(4, _int(1, 2) + _int(2, 8_000_000) + _int(3, 3_000_000)
+                      + _msg(4, _int(1, 1) + _int(3, 0)) + _msg(4, _int(1, 2) + _int(3, 43))))
+    )  # fmt: skip
+    gpu = (
+        _int(1, 2) + _str(2, "/device:GPU:0")
+        + _meta(4, 1, "volta_sgemm_128x64") + _meta(4, 2, "MemcpyH2D") + _meta(5, 1, "correlation_id")
+        + _msg(3, _int(1, 7) + _str(2, "Stream #7(Kernel)") + _int(3, 0)
+               + _msg(4, _int(1, 1) + _int(2, 15_000_000) + _int(3, 5_000_000)
+                      + _msg(4, _int(1, 1) + _int(3, 42)))
+               + _msg(4, _int(1, 2) + _int(2, 21_000_000) + _int(3, 1_000_000)
+                      + _msg(4, _int(1, 1) + _int(3, 43))))
+    )  # fmt: skip
+    env = _str(2, "Task Environment") + _meta(5, 1, "profile_start_time")
+    env += _msg(6, _int(1, 1) + _int(3, START_NS))
+    return _msg(1, cpu) + _msg(1, cupti) + _msg(1, gpu) + _msg(1, env)
+
+
+def test_cupti_launches_are_linked_to_their_device_ops_for_the_timeline_and_the_latency(
+    tmp_path: Path,
+) -> None:
+    rows = plane_rows(parse_xspace(_gpu_space(), Path("g.xplane.pb")), host_pid=5).to_pylist()
+    launches = [r for r in rows if r["cat"] == "cuda_driver"]
+    assert [(r["name"], r["pid"], r["tid"]) for r in launches] == [
+        ("volta_sgemm_128x64", 5, 77), ("MemcpyH2D", 5, 77)
+    ]  # fmt: skip
+    assert '"correlation":42' in launches[0]["args"]
+    flows = sorted((r["ph"], r["id"], r["pid"]) for r in rows if r["cat"] == "ac2g")
+    assert flows == [("f", 42, 0), ("f", 43, 0), ("s", 42, 5), ("s", 43, 5)]
+    assert [r["cat"] for r in rows if r["name"] == "_FusedMatMul"] == ["cpu_op"]  # no id: no launch
+
+    path = tmp_path / "gpuhost.xplane.pb"
+    path.write_bytes(_gpu_space())
+    with Store(tmp_path / "home") as store:
+        store.import_traces([path], "gpu")
+        profile = store.profile("gpu")
+        con = profile.connect()
+        pairs = con.sql(
+            "SELECT l.name, k.kind, k.ts_ns - l.ts_ns FROM events k JOIN events l ON k.rank = l.rank "
+            "AND k.correlation = l.correlation AND l.kind = 'driver' AND l.ph = 'X' "
+            "WHERE k.kind IN ('kernel', 'memcpy') AND k.ph = 'X' ORDER BY k.ts_ns"
+        ).fetchall()
+        assert pairs == [("volta_sgemm_128x64", "kernel", 13_000), ("MemcpyH2D", "memcpy", 13_000)]
+        (stats,) = launch_latency(profile).rows
+        assert (stats.launches, stats.max_ns) == (2, 13_000)
+        index = tl.load(profile)
+        arrows = tl.flows(index, [r.id for r in index.rows], START_NS, START_NS + 10**9)
+        assert sorted(f["correlation"] for f in arrows) == [42, 43]
+        assert [e["role"] for e in tl.links(index, 0, 42)] == ["launch", "kernel"]
 
 
 @pytest.mark.parametrize(

@@ -8,33 +8,30 @@ or carries on without the broken part, and the training never sees an exception 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import duckdb
 import pyarrow as pa
 
 from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.context import DistContext
+from hyperscope.capture.parts import Mark, marks_table, one_part, startup_table, typed_events
 from hyperscope.capture.writer import CaptureTarget, RankWriter
-from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY, EventKind
+from hyperscope.schema.events import EVENT_SCHEMA, EventKind
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store.catalog import RankStatus
 from hyperscope.store.store import default_home
 
 log = logging.getLogger("hyperscope.capture")
 
-#: Rows of annotations and steps: (kind, name, tid, ts_ns, dur_ns, step).
-Mark = tuple[str, str, int, int, int, int]
-_CAT: Final = "user_annotation"
-#: The mark where the training began under the launcher (start-up is not step 0).
-STARTUP_NAME: Final = "hyperscope: training begins"
-STARTUP_CAT: Final = "hyperscope"
+_STEP: Final = EventKind.STEP
 
 
 class Session:
@@ -49,7 +46,7 @@ class Session:
     def __init__(
         self, config: ProfilerConfig, ctx: DistContext | None = None, *, deferred: bool = False
     ) -> None:
-        self.config = config
+        self.config = config  # also sets what step() reads of it (the property below)
         self._given_ctx = ctx
         self._identify()
         self.pid = os.getpid()
@@ -75,6 +72,8 @@ class Session:
         self._events_per_step: float | None = None
         self._min_gap_ns = int(config.flush_min_gap_s * 1e9)
         self._kineto: Any = None
+        #: a framework profiler's window that failed to decode on the writer's thread
+        self._backend_error: str | None = None
         self._startup_mark: tuple[int, int] | None = None
         self._held: Mark | None = None
         self._provisional_seen = False
@@ -85,6 +84,23 @@ class Session:
         self.ranks_expected: int | None = None
         #: stop() has returned: the rank's end is in the catalog (``finished`` is set as it begins)
         self.closed = False
+
+    @property
+    def config(self) -> ProfilerConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: ProfilerConfig) -> None:
+        # step() runs once per training step, on the training thread, right after the step's own
+        # work has evicted it from the caches: what it needs of the config is worked out here,
+        # once (a list's membership and any max() are linear, a range's max() walks it).
+        self._config = config
+        steps = config.steps
+        self._wanted: range | frozenset[int] | None = (
+            None if steps is None else steps if isinstance(steps, range) else frozenset(steps)
+        )
+        self._last_step = config.last_step
+        self._max_marks = config.max_buffered_events
 
     def _identify(self) -> None:
         self.ctx = self._given_ctx or DistContext.detect().refined()
@@ -268,9 +284,19 @@ class Session:
         if provisional:
             provisional, self._provisional_seen = not self._provisional_seen, True
         now = time.time_ns()
-        self._commit_held()
+        if self._held is not None:
+            self._commit_held()
         if self.recording:
-            self._record_step_end(now, hold=provisional)
+            if provisional:
+                self._record_step_end(now, hold=True)
+            else:  # _record_step_end and _add inlined: the common path, once per step
+                step, began = self.step_no, self._step_start_ns
+                mark = (_STEP, f"ProfilerStep#{step}", threading.get_native_id(), began, now - began, step)
+                with self._lock:
+                    if len(self._marks) < self._max_marks:
+                        self._marks.append(mark)
+                    else:
+                        self.dropped_marks += 1
         self.step_no += 1
         self._steps_since_flush += 1
         self._step_start_ns = now
@@ -302,8 +328,8 @@ class Session:
     def _enter_step(self, step: int, now: int | None = None, *, may_flush: bool = True) -> None:
         now = time.time_ns() if now is None else now
         expired = self._deadline_ns is not None and now >= self._deadline_ns
-        last = self.config.last_step
-        want = self.config.wants_step(step) and not expired
+        last = self._last_step
+        want = (self._wanted is None or step in self._wanted) and not expired
         since = now - self._last_flush_ns
         due = (
             # every N steps, but not more often than flush_min_gap_s: a flush has fixed costs
@@ -342,7 +368,7 @@ class Session:
 
     def _add(self, mark: Mark) -> None:
         with self._lock:  # annotations may come from any thread; a flush swaps the list
-            if len(self._marks) >= self.config.max_buffered_events:
+            if len(self._marks) >= self._max_marks:
                 self.dropped_marks += 1
                 return
             self._marks.append(mark)
@@ -356,18 +382,35 @@ class Session:
         steps = self._steps_since_flush
         self._steps_since_flush = 0
         self._last_flush_ns = time.time_ns()
+        # One part per flush: the framework's rows, the start-up mark and the steps and
+        # annotations together, since a part's fixed costs (a Parquet footer of ~4 KB, the rank's
+        # metadata and the catalog rewritten) are paid per file, on the writer's thread.
+        rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
+        parts: list[Callable[[], pa.Table]] = []
+        if self._backend_error is not None and self._kineto is not None:  # seen by the writer
+            self._note(f"the framework's profiler failed and was switched off: {self._backend_error}")
+            backend, self._kineto = self._kineto, None
+            if backend.running:
+                with contextlib.suppress(Exception):
+                    backend.discard(backend.stop())
         if self._kineto is not None and self._kineto.running:
             try:
-                # Read here, before Kineto starts again (see KinetoSession.stop); typing and
-                # writing the rows happen on the writer's thread.
-                raw = self._kineto.rows(self._kineto.stop())
-                self._events_per_step = raw.num_rows / max(steps, 1)
+                result = self._kineto.stop()
+                if self._kineto.rows_on_writer:
+                    # TF's and JAX's XSpace is a file by now: decoding it is the writer's work,
+                    # off the training thread (it took most of a cpu_ops flush on short steps)
+                    parts.append(self._decoder(self._kineto, result, steps))
+                    if self._events_per_step is None:  # the rate is learned once the writer has read it
+                        self._events_per_step = 0.0
+                else:
+                    # Read here, before Kineto starts again (see KinetoSession.stop); typing and
+                    # writing the rows happen on the writer's thread.
+                    raw = self._kineto.rows(result)
+                    self._events_per_step = raw.num_rows / max(steps, 1)
+                    parts.append(lambda: typed_events(raw, rank, node))
             except Exception as exc:
                 self._note(f"the framework's profiler failed and was switched off: {exc}")
                 self._kineto = None
-            else:
-                rank, node = self.ctx.rank, self.ctx.node
-                writer.submit(lambda: ("events", _typed_events(raw, rank, node)))
             if restart and self._kineto is not None:
                 self._kineto.start()
         with self._lock:
@@ -376,74 +419,32 @@ class Session:
             at, took = self._startup_mark
             self._startup_mark = None
             self._own_events += 1
-            rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
-            writer.submit(lambda: ("events", startup_table(at, took, rank=rank, node=node, pid=pid)))
+            parts.append(lambda: startup_table(at, took, rank=rank, node=node, pid=pid))
         if marks:
-            rank, node, pid = self.ctx.rank, self.ctx.node, self.pid
-            writer.submit(lambda: ("events", marks_table(marks, rank=rank, node=node, pid=pid)))
+            parts.append(lambda: marks_table(marks, rank=rank, node=node, pid=pid))
+        if parts:
+            writer.submit(lambda: ("events", one_part([make() for make in parts])))
+
+    def _decoder(self, backend: Any, result: Any, steps: int) -> Callable[[], pa.Table]:
+        """The writer's work for a window whose rows are read there: a failure switches the
+        framework's profiler off at the next flush, and the steps and annotations go on."""
+        rank, node = self.ctx.rank, self.ctx.node
+
+        def decode() -> pa.Table:
+            try:
+                raw = backend.rows(result)
+            except Exception as exc:
+                self._backend_error = str(exc)
+                return EVENT_SCHEMA.empty_table()
+            self._events_per_step = raw.num_rows / max(steps, 1)
+            return typed_events(raw, rank, node)
+
+        return decode
 
     def _note(self, line: str) -> None:
         if line not in self.notes:
             self.notes.append(line)
             log.warning("hyperscope: %s", line)
-
-
-_CONNECTIONS = threading.local()
-
-
-def _typed_events(raw: pa.Table, rank: int, node: str) -> pa.Table:
-    from hyperscope.capture.torch_backend import typed_rows
-
-    con = getattr(_CONNECTIONS, "con", None)
-    if con is None:  # one small DuckDB per writer thread, kept for the whole run
-        con = duckdb.connect(config={"threads": 1, "memory_limit": "128MB"})
-        con.execute("SET enable_progress_bar = false")
-        _CONNECTIONS.con = con
-    return typed_rows(raw, rank=rank, node=node, con=con)
-
-
-def marks_table(marks: list[Mark], *, rank: int, node: str, pid: int) -> pa.Table:
-    """Annotations and steps as rows of the event schema (no Kineto needed)."""
-    n = len(marks)
-    kinds, names, tids, starts, durs, steps = (list(c) for c in zip(*marks, strict=True))
-    columns: dict[str, pa.Array] = {
-        "rank": pa.array([rank] * n, pa.int32()),
-        "node": pa.array([node] * n, pa.string()),
-        "pid": pa.array([pid] * n, pa.int64()),
-        "tid": pa.array(tids, pa.int64()),
-        "kind": pa.array([str(k) for k in kinds], pa.string()),
-        "cat": pa.array([_CAT] * n, pa.string()),
-        "ph": pa.array(["X"] * n, pa.string()),
-        "name": pa.array(names, pa.string()),
-        "ts_ns": pa.array(starts, pa.int64()),
-        "dur_ns": pa.array(durs, pa.int64()),
-        "args": pa.array([f'{{"step":{s}}}' for s in steps], pa.string()),
-    }
-    arrays = [columns.get(f.name, pa.nulls(n, f.type)) for f in EVENT_SCHEMA]
-    table = pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
-    return table.sort_by([(k, "ascending") for k in SORT_KEY])
-
-
-def startup_table(at_ns: int, took_ns: int, *, rank: int, node: str, pid: int) -> pa.Table:
-    """Start-up as one instant where the training began, holding how long start-up took.
-
-    An instant, not a span: the profile's span, its CPU active share and its step statistics are
-    the training's, while the timeline still shows where (and after how long) the training began.
-    """
-    columns: dict[str, pa.Array] = {
-        "rank": pa.array([rank], pa.int32()),
-        "node": pa.array([node], pa.string()),
-        "pid": pa.array([pid], pa.int64()),
-        "tid": pa.array([threading.get_native_id()], pa.int64()),
-        "kind": pa.array([str(EventKind.INSTANT)], pa.string()),
-        "cat": pa.array([STARTUP_CAT], pa.string()),
-        "ph": pa.array(["i"], pa.string()),
-        "name": pa.array([STARTUP_NAME], pa.string()),
-        "ts_ns": pa.array([at_ns], pa.int64()),
-        "args": pa.array([f'{{"startup_ns":{took_ns},"process_start_ns":{at_ns - took_ns}}}'], pa.string()),
-    }
-    arrays = [columns.get(f.name, pa.nulls(1, f.type)) for f in EVENT_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
 
 
 def _device_properties() -> list[dict[str, Any]]:

@@ -99,6 +99,9 @@ def wanted_activities(*, cpu_ops: bool, device: bool) -> Activities:
 class KinetoSession:
     """Kineto switched on and off around windows of steps; each window's results come back whole."""
 
+    #: a window's results must be read before Kineto starts again: on the training thread
+    rows_on_writer = False
+
     def __init__(
         self,
         activities: Activities,

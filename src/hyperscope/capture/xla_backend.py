@@ -68,6 +68,9 @@ class XlaSession:
         self._dir: Path | None = None
         self.running = False
 
+    #: the window's XSpace is a file once stop() returns: the session decodes it on the writer
+    rows_on_writer = True
+
     def start(self) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=f"hyperscope-{self.framework}-"))
         if self.framework == "tensorflow":
@@ -96,6 +99,11 @@ class XlaSession:
             jax.profiler.stop_trace()
         out, self._dir = self._dir, None
         return out
+
+    def discard(self, result: Any) -> None:
+        """A window's files, not read (the profiler was switched off)."""
+        if result is not None:
+            shutil.rmtree(result, ignore_errors=True)
 
     def rows(self, result: Any) -> pa.Table:
         """The window's events as raw rows (``torch_backend``'s layout); the files removed after."""

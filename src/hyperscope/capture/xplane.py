@@ -10,6 +10,13 @@ The rows have the layout of ``torch_backend``'s raw rows, so the importer's SQL 
 event schema exactly as it types Kineto's: host events are ``cpu_op`` (Python functions, named
 ``$file:line fn`` by the Python tracer, are ``python_function``), device events are ``kernel``,
 ``gpu_memcpy`` or ``gpu_memset`` with their device as pid and their stream as tid.
+
+Launches are linked to what they launched as PyTorch's are: CUPTI's driver callbacks (XLA's and
+TF's collectors put them on a host plane, ``/host:CUPTI`` today, one line per calling thread, named
+after the kernel or copy they launched) carry the same ``correlation_id`` stat as the device event;
+such host events become ``cuda_driver`` rows with that id as their ``correlation``, beside an
+``ac2g`` flow pair (``s`` at the launch, ``f`` at the device op), the columns the timeline's
+arrows and the launch-delay analyses join on.
 """
 
 from __future__ import annotations
@@ -228,6 +235,16 @@ def plane_rows(planes: list[XPlane], *, host_pid: int) -> pa.Table:
     """Every timed event of the planes as raw rows (``RAW_SCHEMA``), in the epoch-ns clock of the
     profiler (XLine timestamps are wall-clock ns)."""
     cols: dict[str, list[Any]] = {f.name: [] for f in RAW_SCHEMA}
+    order = [cols[f.name] for f in RAW_SCHEMA if f.name != "args"]
+
+    def add(*row: Any) -> None:
+        *head, args = row
+        for col, value in zip(order, head, strict=True):
+            col.append(value)
+        cols["args"].append(json.dumps(args, separators=(",", ":"), default=str) if args else None)
+
+    #: (correlation, pid, tid, ts) of host launches (False) and device ops (True)
+    ends: dict[bool, list[tuple[int, int, int, int]]] = {False: [], True: []}
     start = start_time_ns(planes)
     for plane in planes:
         if plane.name.startswith(_SKIPPED_PLANES):
@@ -239,25 +256,29 @@ def plane_rows(planes: list[XPlane], *, host_pid: int) -> pa.Table:
             base = line.timestamp_ns + (start if line.timestamp_ns < _EPOCH_NS_MIN else 0)
             for meta, offset_ps, dur_ps, stats in line.events:
                 name = plane.event_names.get(meta, f"event {meta}")
+                corr = stats.get("correlation_id")
+                corr = corr if isinstance(corr, int) and corr > 0 else None
                 if device:
                     cat = _device_category(name)
                     pid = int(device.group(1))
                     args = {"device": pid, "stream": line.id, **stats}
-                    if "correlation_id" in stats:
-                        args["correlation"] = stats["correlation_id"]
+                elif corr is not None:  # a CUPTI driver callback: the host's launch of a device op
+                    cat, pid, args = "cuda_driver", host_pid, dict(stats)
                 else:
                     cat = "python_function" if name.startswith("$") else "cpu_op"
                     pid, args = host_pid, stats
-                cols["ph"].append("X")
-                cols["cat"].append(cat)
-                cols["name"].append(name)
-                cols["pid"].append(pid)
-                cols["tid"].append(line.id)
-                cols["ts_ns"].append(base + offset_ps // 1000)
-                cols["dur_ns"].append(max(dur_ps // 1000, 0))
-                cols["id"].append(None)
-                cols["bp"].append(None)
-                cols["args"].append(json.dumps(args, separators=(",", ":"), default=str) if args else None)
+                ts = base + offset_ps // 1000
+                if corr is not None:
+                    args["correlation"] = corr
+                add("X", cat, name, pid, line.id, ts, max(dur_ps // 1000, 0), None, None, args)
+                if corr is not None:
+                    ends[bool(device)].append((corr, pid, line.id, ts))
+    # the arrow launch -> device op, as Kineto's ac2g flow events: where both ends were recorded
+    linked = {c for c, *_ in ends[False]} & {c for c, *_ in ends[True]}
+    for on_device, ph, bp in ((False, "s", None), (True, "f", "e")):
+        for corr, pid, tid, ts in ends[on_device]:
+            if corr in linked:
+                add(ph, "ac2g", "ac2g", pid, tid, ts, None, corr, bp, None)
     arrays = [pa.array(cols[f.name], type=f.type) for f in RAW_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=RAW_SCHEMA)
 
