@@ -13,6 +13,13 @@ block per probe.
 Decoded blocks are shared by every index of the process in one LRU bounded in bytes
 (``cache_bytes``, ``HYPERSCOPE_TIMELINE_CACHE_MB``): a server drawing many large profiles holds at
 most that much of them, whatever their size.
+
+Reading block by block costs a gather per block on every access (a whole-run tile touches every
+block of ``ts`` and ``cum``), several times the CPU of a plain array. So a column whose decoded
+size is at most ``1 / WHOLE_SHARE`` of the cache's bound is decoded whole at its first use into
+one contiguous array, kept in the same cache (counted in its bytes, evicted as one entry) and read
+exactly as an ``.npy`` column would be; only columns too large for that (100M events) are read
+block by block.
 """
 
 from __future__ import annotations
@@ -37,6 +44,12 @@ DELTA: Final = frozenset({"ts", "cum", "pts", "m_ts", "src", "m_src"})
 #: columns sorted within the ranges the tiles search: their blocks' first values are kept apart
 SORTED: Final = frozenset({"ts", "m_ts"})
 _WIDTHS: Final = (np.uint8, np.uint16, np.uint32, np.uint64)
+#: a column decoded whole when its decoded bytes are at most the cache's bound over this (at 10M
+#: events the largest column, 80 MB, fits the default 512 MiB; so do all of them together; tests
+#: raise it to read block by block)
+WHOLE_SHARE = 4
+#: the block number under which a column decoded whole is kept in the cache
+WHOLE: Final = -1
 
 
 def block_size() -> int:
@@ -176,7 +189,7 @@ class BlockColumn:
     """One stored column, read as an array would be (``col[i]``, ``col[lo:hi]``, ``col[indices]``,
     ``np.asarray(col)``), decoding only the blocks asked for, through :data:`CACHE`."""
 
-    __slots__ = ("B", "_delta", "_dir", "_firsts", "_id", "_lock", "_path", "dtype", "n")
+    __slots__ = ("B", "_delta", "_dir", "_firsts", "_id", "_lock", "_path", "_whole_lock", "dtype", "n")
 
     def __init__(self, path: Path, name: str, directory: dict[str, Any]) -> None:
         self._path = path
@@ -189,6 +202,7 @@ class BlockColumn:
         if self.B < 1:
             raise ValueError(f"{path}: blocks of {self.B} entries")
         self._lock = threading.Lock()
+        self._whole_lock = threading.Lock()
         with _IDS_LOCK:
             self._id = next(_IDS)
         expected = -(-self.n // self.B)
@@ -214,6 +228,43 @@ class BlockColumn:
     def shape(self) -> tuple[int]:
         return (self.n,)
 
+    def fits_whole(self) -> bool:
+        """Whether this column is decoded whole (its decoded bytes fit the share of the cache)."""
+        return bool(self.n * self.dtype.itemsize <= cache_bytes() // WHOLE_SHARE)
+
+    def whole(self) -> npt.NDArray[Any] | None:
+        """The whole column decoded into one read-only array (from the cache when it is there),
+        or None when it is too large for that (then it is read block by block)."""
+        if not self.fits_whole():
+            return None
+        key = (self._id, WHOLE)
+        found = CACHE.get(key)
+        if found is not None:
+            return found
+        with self._whole_lock:  # one thread decodes it, the others wait for its answer
+            found = CACHE.get(key)
+            if found is not None:
+                return found
+            out = self._decode_whole()
+            CACHE.drop(self._id)  # its blocks, now held twice
+            CACHE.put(key, out)
+            return out
+
+    def _decode_whole(self) -> npt.NDArray[Any]:
+        """Every block, read in one piece and decoded into one preallocated array."""
+        out = np.empty(self.n, dtype=self.dtype)
+        with self._lock, self._path.open("rb") as fh:
+            raw = fh.read()
+        for k, row in enumerate(self._dir.tolist()):
+            offset, length, *entry = row
+            a = k * self.B
+            b = min(self.n, a + self.B)
+            out[a:b] = decode_block(
+                raw[offset : offset + length], b - a, [length, *entry], self._delta, self.dtype
+            )
+        out.setflags(write=False)
+        return out
+
     def block(self, k: int) -> npt.NDArray[Any]:
         """Block ``k``, decoded (from the cache when it is there)."""
         key = (self._id, k)
@@ -233,6 +284,9 @@ class BlockColumn:
     def _slice(self, lo: int, hi: int) -> npt.NDArray[Any]:
         if hi <= lo:
             return np.zeros(0, self.dtype)
+        w = self.whole()
+        if w is not None:
+            return w[lo:hi]
         b0, b1 = lo // self.B, (hi - 1) // self.B
         if b0 == b1:
             return self.block(b0)[lo - b0 * self.B : hi - b0 * self.B]
@@ -245,12 +299,18 @@ class BlockColumn:
         out = np.empty(len(idx), dtype=self.dtype)
         if not len(idx):
             return out
+        w = self.whole()
+        if w is not None:
+            return w[idx]
         which = idx // self.B
         for k, group in _groups(which):
             out[group] = self.block(k)[idx[group] - k * self.B]
         return out
 
     def __getitem__(self, key: Any) -> Any:
+        w = self.whole()
+        if w is not None:
+            return w[key]
         if isinstance(key, slice):
             start, stop, step = key.indices(self.n)
             got = (
@@ -275,6 +335,8 @@ class BlockColumn:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
         out = self._slice(0, self.n)
+        if copy:
+            out = out.copy()
         return out if dtype is None else out.astype(dtype)
 
     def searchsorted(
@@ -285,6 +347,9 @@ class BlockColumn:
         values = np.asarray(values)
         if hi <= lo:
             return np.full(values.shape, lo, dtype=np.int64)
+        w = self.whole()
+        if w is not None:
+            return np.searchsorted(w[lo:hi], values, side=side).astype(np.int64) + lo  # type: ignore[call-overload,no-any-return]
         if not len(self._firsts):  # not a sorted column: read the range
             return np.searchsorted(self._slice(lo, hi), values, side=side).astype(np.int64) + lo  # type: ignore[call-overload,no-any-return]
         b0, b1 = lo // self.B, (hi - 1) // self.B
