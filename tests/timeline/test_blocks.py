@@ -132,7 +132,7 @@ def test_the_decoded_blocks_stay_under_their_bound(tmp_path: Path, monkeypatch: 
 def test_a_column_decoded_whole_equals_its_blocks_and_is_counted_in_the_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    """A column that fits a quarter of the cache is decoded whole at its first read into one array
+    """A column that fits a quarter of the cache is decoded whole (at its first wide read) into one array
     equal to its blocks read one by one, counted in the cache's bytes as one entry (its blocks
     read before are dropped), evicted as a unit when other columns need the room, and decoded
     again (still right) when read after. One too large for its share is read block by block."""
@@ -155,7 +155,10 @@ def test_a_column_decoded_whole_equals_its_blocks_and_is_counted_in_the_bound(
     for i in range(5):  # 5 more such columns: 6 x 240 KB > 1 MiB, the first read is evicted
         (tmp_path / f"o{i}").mkdir()
         others.append(column(tmp_path / f"o{i}", values + i, name, 1000, monkeypatch, whole=True))
-        assert np.array_equal(others[-1][:], values + i)
+        assert np.array_equal(others[-1][:10], values[:10] + i)  # one block: not decoded whole yet
+        assert others[-1].whole(decode=False) is None
+        assert np.array_equal(others[-1][:], values + i)  # all of it: decoded whole
+        assert others[-1].whole(decode=False) is not None
         assert _blocks.CACHE.nbytes <= 1 << 20
     assert _blocks.CACHE.nbytes == 4 * values.nbytes
     again = by_blocks.whole()

@@ -48,6 +48,11 @@ _WIDTHS: Final = (np.uint8, np.uint16, np.uint32, np.uint64)
 #: events the largest column, 80 MB, fits the default 512 MiB; so do all of them together; tests
 #: raise it to read block by block)
 WHOLE_SHARE = 4
+#: a column is decoded whole by the first slice or gather after which at least 1 / WIDE of its
+#: blocks will have been read (a tile of a wide window, or several tiles of narrow ones); until
+#: then reads and searches decode only their blocks (a search or a tile of a short window touches
+#: a few blocks of a column; decoding all of it would cost a thousand times as much)
+WIDE: Final = 8
 #: the block number under which a column decoded whole is kept in the cache
 WHOLE: Final = -1
 
@@ -100,6 +105,11 @@ class BlockCache:
             while self.nbytes > limit and len(self._blocks) > 1:
                 _, old = self._blocks.popitem(last=False)
                 self.nbytes -= old.nbytes
+
+    def peek(self, key: tuple[int, int]) -> npt.NDArray[Any] | None:
+        """What ``get`` answers, but counted neither as a hit nor a miss, nor made recent."""
+        with self._lock:
+            return self._blocks.get(key)
 
     def drop(self, owner: int) -> None:
         """Forget the blocks of one column (its index is gone)."""
@@ -189,7 +199,19 @@ class BlockColumn:
     """One stored column, read as an array would be (``col[i]``, ``col[lo:hi]``, ``col[indices]``,
     ``np.asarray(col)``), decoding only the blocks asked for, through :data:`CACHE`."""
 
-    __slots__ = ("B", "_delta", "_dir", "_firsts", "_id", "_lock", "_path", "_whole_lock", "dtype", "n")
+    __slots__ = (
+        "B",
+        "_delta",
+        "_dir",
+        "_firsts",
+        "_id",
+        "_lock",
+        "_path",
+        "_read",
+        "_whole_lock",
+        "dtype",
+        "n",
+    )
 
     def __init__(self, path: Path, name: str, directory: dict[str, Any]) -> None:
         self._path = path
@@ -203,6 +225,7 @@ class BlockColumn:
             raise ValueError(f"{path}: blocks of {self.B} entries")
         self._lock = threading.Lock()
         self._whole_lock = threading.Lock()
+        self._read = 0  # blocks decoded one by one so far
         with _IDS_LOCK:
             self._id = next(_IDS)
         expected = -(-self.n // self.B)
@@ -232,14 +255,15 @@ class BlockColumn:
         """Whether this column is decoded whole (its decoded bytes fit the share of the cache)."""
         return bool(self.n * self.dtype.itemsize <= cache_bytes() // WHOLE_SHARE)
 
-    def whole(self) -> npt.NDArray[Any] | None:
+    def whole(self, decode: bool = True) -> npt.NDArray[Any] | None:
         """The whole column decoded into one read-only array (from the cache when it is there),
-        or None when it is too large for that (then it is read block by block)."""
+        or None when it is too large for that (then it is read block by block), or when it is
+        not decoded yet and ``decode`` is false."""
         if not self.fits_whole():
             return None
         key = (self._id, WHOLE)
-        found = CACHE.get(key)
-        if found is not None:
+        found = CACHE.get(key) if decode else CACHE.peek(key)
+        if found is not None or not decode:
             return found
         with self._whole_lock:  # one thread decodes it, the others wait for its answer
             found = CACHE.get(key)
@@ -251,17 +275,29 @@ class BlockColumn:
             return out
 
     def _decode_whole(self) -> npt.NDArray[Any]:
-        """Every block, read in one piece and decoded into one preallocated array."""
-        out = np.empty(self.n, dtype=self.dtype)
+        """Every block, read in one piece and decoded straight into one preallocated array: one
+        zstd call a block, then its byte planes, minimum and differences undone in place (no
+        temporary block, no copy after)."""
+        import pyarrow as pa
+
+        codec = pa.Codec("zstd")
+        wide = np.empty(self.n, dtype=np.int64)
         with self._lock, self._path.open("rb") as fh:
             raw = fh.read()
-        for k, row in enumerate(self._dir.tolist()):
-            offset, length, *entry = row
+        for k, (offset, length, lo, first, size) in enumerate(self._dir.tolist()):
             a = k * self.B
             b = min(self.n, a + self.B)
-            out[a:b] = decode_block(
-                raw[offset : offset + length], b - a, [length, *entry], self._delta, self.dtype
-            )
+            plain = codec.decompress(memoryview(raw)[offset : offset + length], (b - a) * size, asbytes=False)
+            planes = np.frombuffer(plain, dtype=np.uint8).reshape(size, b - a)
+            v = wide[a:b]
+            np.copyto(v, planes[0], casting="unsafe")
+            for j in range(1, size):  # as decode_block: exact modulo 2^64
+                v |= planes[j].astype(np.int64) << np.int64(8 * j)
+            v += np.int64(lo)
+            if self._delta and b > a:
+                v[0] = first
+                np.cumsum(v, out=v)
+        out = wide if self.dtype == np.int64 else wide.astype(self.dtype)
         out.setflags(write=False)
         return out
 
@@ -276,15 +312,21 @@ class BlockColumn:
             fh.seek(offset)
             raw = fh.read(length)
         n = min(self.B, self.n - k * self.B)
+        self._read += 1
         out = decode_block(raw, n, [length, *entry], self._delta, self.dtype)
         out.setflags(write=False)
         CACHE.put(key, out)
         return out
 
+    def _wide(self, blocks: int) -> bool:
+        """Whether a read touching about ``blocks`` blocks is wide enough to decode the column
+        whole (see ``WIDE``)."""
+        return (self._read + blocks) * WIDE >= len(self._dir)
+
     def _slice(self, lo: int, hi: int) -> npt.NDArray[Any]:
         if hi <= lo:
             return np.zeros(0, self.dtype)
-        w = self.whole()
+        w = self.whole(decode=self._wide(-(-(hi - lo) // self.B)))
         if w is not None:
             return w[lo:hi]
         b0, b1 = lo // self.B, (hi - 1) // self.B
@@ -299,7 +341,7 @@ class BlockColumn:
         out = np.empty(len(idx), dtype=self.dtype)
         if not len(idx):
             return out
-        w = self.whole()
+        w = self.whole(decode=self._wide(min(len(idx), (int(idx.max()) - int(idx.min())) // self.B + 1)))
         if w is not None:
             return w[idx]
         which = idx // self.B
@@ -308,7 +350,7 @@ class BlockColumn:
         return out
 
     def __getitem__(self, key: Any) -> Any:
-        w = self.whole()
+        w = self.whole(decode=False)
         if w is not None:
             return w[key]
         if isinstance(key, slice):
@@ -347,7 +389,7 @@ class BlockColumn:
         values = np.asarray(values)
         if hi <= lo:
             return np.full(values.shape, lo, dtype=np.int64)
-        w = self.whole()
+        w = self.whole(decode=False)
         if w is not None:
             return np.searchsorted(w[lo:hi], values, side=side).astype(np.int64) + lo  # type: ignore[call-overload,no-any-return]
         if not len(self._firsts):  # not a sorted column: read the range
