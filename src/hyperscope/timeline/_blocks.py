@@ -96,9 +96,10 @@ class BlockCache:
             return found
 
     def put(self, key: tuple[int, int], block: npt.NDArray[Any]) -> None:
+        """Keep ``block``, unless its whole column is kept already (decoded by another thread)."""
         limit = cache_bytes()
         with self._lock:
-            if key in self._blocks:
+            if key in self._blocks or (key[0], WHOLE) in self._blocks:
                 return
             self._blocks[key] = block
             self.nbytes += block.nbytes
@@ -303,6 +304,9 @@ class BlockColumn:
 
     def block(self, k: int) -> npt.NDArray[Any]:
         """Block ``k``, decoded (from the cache when it is there)."""
+        w = self.whole(decode=False)
+        if w is not None:
+            return w[k * self.B : (k + 1) * self.B]
         key = (self._id, k)
         found = CACHE.get(key)
         if found is not None:
