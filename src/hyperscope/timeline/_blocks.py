@@ -49,10 +49,11 @@ _WIDTHS: Final = (np.uint8, np.uint16, np.uint32, np.uint64)
 #: raise it to read block by block)
 WHOLE_SHARE = 4
 #: a column is decoded whole by the first slice or gather after which at least 1 / WIDE of its
-#: blocks will have been read (a tile of a wide window, or several tiles of narrow ones); until
-#: then reads and searches decode only their blocks (a search or a tile of a short window touches
-#: a few blocks of a column; decoding all of it would cost a thousand times as much)
-WIDE: Final = 8
+#: blocks will have been read (the whole run's tile reads every block of the start times and
+#: running sums); until then reads and searches decode only their blocks (a search, the list of
+#: steps or a short window's tile touches a few blocks of a column: decoding all of it for them
+#: would cost many times as much); the blocks already decoded are copied, not decoded again
+WIDE: Final = 2
 #: the block number under which a column decoded whole is kept in the cache
 WHOLE: Final = -1
 
@@ -226,7 +227,7 @@ class BlockColumn:
             raise ValueError(f"{path}: blocks of {self.B} entries")
         self._lock = threading.Lock()
         self._whole_lock = threading.Lock()
-        self._read = 0  # blocks decoded one by one so far
+        self._read = np.zeros(len(self._dir), dtype=np.bool_)  # the blocks read so far
         with _IDS_LOCK:
             self._id = next(_IDS)
         expected = -(-self.n // self.B)
@@ -288,6 +289,10 @@ class BlockColumn:
         for k, (offset, length, lo, first, size) in enumerate(self._dir.tolist()):
             a = k * self.B
             b = min(self.n, a + self.B)
+            cached = CACHE.peek((self._id, k))
+            if cached is not None:
+                wide[a:b] = cached
+                continue
             plain = codec.decompress(memoryview(raw)[offset : offset + length], (b - a) * size, asbytes=False)
             planes = np.frombuffer(plain, dtype=np.uint8).reshape(size, b - a)
             v = wide[a:b]
@@ -316,21 +321,23 @@ class BlockColumn:
             fh.seek(offset)
             raw = fh.read(length)
         n = min(self.B, self.n - k * self.B)
-        self._read += 1
         out = decode_block(raw, n, [length, *entry], self._delta, self.dtype)
         out.setflags(write=False)
         CACHE.put(key, out)
         return out
 
-    def _wide(self, blocks: int) -> bool:
-        """Whether a read touching about ``blocks`` blocks is wide enough to decode the column
-        whole (see ``WIDE``)."""
-        return (self._read + blocks) * WIDE >= len(self._dir)
+    def _wide(self, blocks: Any) -> bool:
+        """Whether, with ``blocks`` (a slice or an array of block numbers) read now, enough of the
+        column has been read to decode it whole (see ``WIDE``)."""
+        if not self.fits_whole():
+            return False
+        self._read[blocks] = True
+        return int(np.count_nonzero(self._read)) * WIDE >= len(self._dir)
 
     def _slice(self, lo: int, hi: int) -> npt.NDArray[Any]:
         if hi <= lo:
             return np.zeros(0, self.dtype)
-        w = self.whole(decode=self._wide(-(-(hi - lo) // self.B)))
+        w = self.whole(decode=self._wide(slice(lo // self.B, (hi - 1) // self.B + 1)))
         if w is not None:
             return w[lo:hi]
         b0, b1 = lo // self.B, (hi - 1) // self.B
@@ -345,7 +352,7 @@ class BlockColumn:
         out = np.empty(len(idx), dtype=self.dtype)
         if not len(idx):
             return out
-        w = self.whole(decode=self._wide(min(len(idx), (int(idx.max()) - int(idx.min())) // self.B + 1)))
+        w = self.whole(decode=self._wide(idx // self.B))
         if w is not None:
             return w[idx]
         which = idx // self.B
