@@ -4,9 +4,11 @@ For 2, 4 and 8 workers (plus a controller and a login node, no spares, the examp
 script on every node): the wall time of ``create`` (it returns once slurmctld reports every worker
 idle, which is checked again here) and of ``delete`` (it returns once every daemon it started, and
 their slurmstepds and tasks, has exited and the folders are gone, which is checked again here).
-Then, on an idle cluster of each size: the memory of our daemons (munged, slurmctld and its
+Then, on an idle cluster of each size (``--settle-s`` after create, so the agent's one-time start
+is not counted as idle cost): the memory of our daemons (munged, slurmctld and its
 slurmscriptd, the slurmds) as the sum of PSS and of RSS, and their CPU time over 30 s as a
-percentage of one core (their reaped children's, the health checks, included), the most
+percentage of one core (their reaped children's, the health checks, included; and by part:
+agent, slurmd, health loops, slurmctld, munged), the most
 processes naming the cluster's folders alive at once (sampled every 0.5 s: health checks piling
 up), whether ``srun -N<workers> hostname`` answers from every node, and how many of the cluster's
 processes are still there 1 s after ``delete`` returned. Issue 14's targets, for 32 workers:
@@ -83,7 +85,20 @@ def _ours(state: ClusterState) -> list[int]:
     return found
 
 
-def _idle_cost(state: ClusterState, seconds: float) -> tuple[float, float, float, int]:
+def _role(p: psutil.Process) -> str:
+    """Which part of the cluster a process is, for the idle CPU's breakdown."""
+    try:
+        name, cmd = p.name(), " ".join(p.cmdline())
+    except psutil.Error:
+        return "other"
+    if "hyperscope.health" in cmd:
+        return "health loops"
+    if " agent " in f"{cmd} ":
+        return "agent"
+    return name if name in ("slurmd", "slurmctld", "munged", "slurmscriptd") else "other"
+
+
+def _idle_cost(state: ClusterState, seconds: float) -> tuple[float, float, float, int, dict[str, float]]:
     """(PSS MiB, RSS MiB, CPU % of one core over ``seconds``, most processes at once) of an idle
     cluster: its daemons, everything they start meanwhile (health checks) and the long-lived
     per-node health loops (started by the checks in sessions of their own, so not their children)."""
@@ -96,22 +111,27 @@ def _idle_cost(state: ClusterState, seconds: float) -> tuple[float, float, float
     pss = sum(p.memory_full_info().pss for p in procs) / MIB
     rss = sum(p.memory_info().rss for p in procs) / MIB
 
+    roles = {p.pid: _role(p) for p in procs}
+
     # CPU: the daemons' own and their children's (health checks) once reaped, from /proc stat
-    def cpu() -> float:
-        total = 0.0
+    def cpu() -> dict[str, float]:
+        total: dict[str, float] = {}
         for p in procs:
             try:
                 t = p.cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
             except psutil.NoSuchProcess:
-                pass
+                continue
+            r = roles[p.pid]
+            total[r] = total.get(r, 0.0) + t.user + t.system + t.children_user + t.children_system
         return total
 
     before, t0, peak = cpu(), time.monotonic(), 0
     while time.monotonic() - t0 < seconds:
         peak = max(peak, len(_ours(state)))
         time.sleep(0.5)
-    return pss, rss, 100 * (cpu() - before) / (time.monotonic() - t0), peak
+    after, wall = cpu(), time.monotonic() - t0
+    by_role = {r: 100 * (after[r] - before.get(r, 0.0)) / wall for r in sorted(after)}
+    return pss, rss, sum(by_role.values()), peak, by_role
 
 
 def _srun(state: ClusterState, workers: int) -> bool:
@@ -148,6 +168,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--rounds", type=int, default=3, help="create/delete cycles per size (median shown)")
     ap.add_argument("--idle-s", type=float, default=30.0, help="CPU is measured over this long")
+    ap.add_argument(
+        "--settle-s", type=float, default=10.0,
+        help="idle this long after create before measuring (the agent's one-time imports and first sync)",
+    )  # fmt: skip
     args = ap.parse_args()
     why = missing_requirements()
     if why:
@@ -163,7 +187,8 @@ def main() -> int:
                 up, state = _create(work, n, home)
                 ups.append(up)
                 if r == args.rounds - 1:  # the last cluster of this size idles for the cost figures
-                    pss, rss, cpu, peak = _idle_cost(state, args.idle_s)
+                    time.sleep(args.settle_s)
+                    pss, rss, cpu, peak, by_role = _idle_cost(state, args.idle_s)
                     daemons = len(_daemons(state))
                     srun = _srun(state, n)
                 down, after = _delete(state, home)
@@ -173,18 +198,27 @@ def main() -> int:
                 workers=n, daemons=daemons,
                 create_s=statistics.median(ups), delete_s=statistics.median(downs),
                 create_max_s=max(ups), delete_max_s=max(downs), idle_pss_mib=pss, idle_rss_mib=rss,
-                idle_cpu_pct=cpu, idle_peak_processes=peak, srun_all_nodes=srun, left_after_delete=left,
+                idle_cpu_pct=cpu, idle_cpu_pct_by_role=by_role, idle_peak_processes=peak,
+                srun_all_nodes=srun, left_after_delete=left,
             )  # fmt: skip
             results.append(row)
             rows.append([n, daemons, row["create_s"], row["create_max_s"], row["delete_s"],
                          row["delete_max_s"], pss, rss, cpu, peak, srun, left])  # fmt: skip
             print(f"  {n} workers done", file=sys.stderr)
-    print(f"\nlocal cluster lifecycle (median of {args.rounds}; idle cost over {args.idle_s:g} s)")
+    print(
+        f"\nlocal cluster lifecycle (median of {args.rounds}; idle cost over {args.idle_s:g} s,"
+        f" {args.settle_s:g} s after create)"
+    )
     print_table(
         ["workers", "processes", "create s", "(max)", "delete s", "(max)", "idle PSS MiB", "idle RSS MiB",
          "idle CPU %", "peak procs", "srun -N", "left"],
         rows,
     )  # fmt: skip
+    for r in results:
+        parts = ", ".join(
+            f"{k} {v:.2f}" for k, v in sorted(r["idle_cpu_pct_by_role"].items(), key=lambda kv: -kv[1])
+        )
+        print(f"{r['workers']} workers: idle CPU % of a core by part: {parts}")
     for r in results:  # issue 14's targets at 32 workers, printed for every size
         w = r["workers"]
         for name, ok in {
@@ -194,7 +228,10 @@ def main() -> int:
             f"{w} workers: delete leaves no process": r["left_after_delete"] == 0,
         }.items():
             print(f"{'met' if ok else 'MISSED'}: {name}")
-    write_results("cluster_lifecycle", {"rounds": args.rounds, "idle_s": args.idle_s, "sizes": results})
+    write_results(
+        "cluster_lifecycle",
+        {"rounds": args.rounds, "idle_s": args.idle_s, "settle_s": args.settle_s, "sizes": results},
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,22 @@ def test_dcgm_diag_runs_on_its_own_schedule(tmp_path: Path, monkeypatch: pytest.
     assert second.reason.startswith("dcgmi diag -r 1 passed (") and "s ago; next in" in second.reason
     health.run(HealthConfig(), node="n1")  # no schedule: every run diagnoses
     assert runs.read_text().count("run") == 2
+
+
+def test_a_writable_path_is_probed_again_only_after_probe_every_s(tmp_path: Path) -> None:
+    """The periodic loop's schedule: a path found writable is not written to again within
+    ``probe_every_s`` (free space still is checked); a failure is never remembered."""
+    from tests.capture.test_disk_failure import mounted
+
+    target = tmp_path / "fs"
+    target.mkdir()
+    every = HealthConfig(paths=(target,), min_free_bytes=0, probe_every_s=3600)
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", target=target):
+        assert _by_check(health.run(every))[f"disk:{target}"].status is Status.PASS
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(target)], capture_output=True, text=True)
+        assert remount.returncode == 0, remount.stderr
+        assert _by_check(health.run(every))[f"disk:{target}"].status is Status.PASS  # not probed yet
+        each_run = HealthConfig(paths=(target,), min_free_bytes=0)
+        assert _by_check(health.run(each_run))[f"disk:{target}"].status is Status.FAIL
+        # the failure forgot the success: the loop's next pass probes again and fails too
+        assert _by_check(health.run(every))[f"disk:{target}"].status is Status.FAIL

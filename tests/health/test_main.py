@@ -56,18 +56,30 @@ def test_the_loop_sees_a_late_fault_drains_and_ends_with_its_parent(tmp_path: Pa
         loop.wait()
 
 
-def test_the_loop_ends_when_its_wrapper_is_rewritten(tmp_path: Path) -> None:
+def test_the_loop_ends_when_its_wrapper_is_rewritten_and_runs_the_new_one(tmp_path: Path) -> None:
+    """A cluster update rewrites the wrapper: the loop ends and runs the new wrapper as slurmd
+    would (its node, its slurmd), its pid file gone, so the next loop starts at once."""
     wrapper = tmp_path / "hc.sh"
     wrapper.write_text("v1")
+    wrapper.chmod(0o755)
+    pid_file, handed = tmp_path / "loop.pid", tmp_path / "handed"
     argv = [sys.executable, "-m", "hyperscope.health", "--loop", "0.2", "--watch", str(wrapper),
-            "--node", "n1", "--path", str(tmp_path), "--min-free-gib", "0"]  # fmt: skip
+            "--pid-file", str(pid_file), "--parent", str(os.getpid()), "--node", "n1",
+            "--path", str(tmp_path), "--min-free-gib", "0"]  # fmt: skip
     loop = subprocess.Popen(argv)
     try:
+        # written once the loop has read the wrapper's stamp (a loaded machine may take a while)
+        _until(lambda: pid_file.exists() and pid_file.read_text().strip() == str(loop.pid))
         time.sleep(0.5)
         assert loop.poll() is None
-        wrapper.write_text("v2")
+        wrapper.write_text(
+            f'#!/bin/bash\n[ -e {pid_file} ] && echo "pid file left" >> {handed}\nenv >> {handed}\n'
+        )
         os.utime(wrapper, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
         assert loop.wait(timeout=60) == 0
+        env = handed.read_text()
+        assert "pid file left" not in env
+        assert "SLURMD_NODENAME=n1\n" in env and f"HYPERSCOPE_SLURMD_PID={os.getpid()}\n" in env
     finally:
         loop.kill()
         loop.wait()

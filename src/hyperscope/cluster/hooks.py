@@ -12,7 +12,9 @@ file (``<cluster dir>/faults/<node>.json``, the seam to rehearse a GPU fault on 
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from hyperscope.cluster.spec import ClusterSpec
@@ -31,17 +33,38 @@ def auto_resume_log(state: ClusterState) -> Path:
     return Path(state.dir) / "log" / "auto-resume.log"
 
 
+#: at most how often slurmd runs the wrapper: the node's loop checks every
+#: ``recovery.health_check_interval`` s by itself; the wrapper only starts a loop that is gone. Each
+#: run is a fork of slurmd and a bash start, which every 5 s on 32 local nodes was more than half
+#: of an idle cluster's CPU (bench/cluster_lifecycle.py)
+KEEPER_INTERVAL_S = 30
+
+
+#: the loop writes to the node's spool and the shared directory at most this often once they
+#: were found writable (free space is still checked every pass): a probe's fsync and unlink were
+#: most of a healthy pass's CPU, times every node
+PROBE_EVERY_S = 30
+
+
+def keeper_interval(spec: ClusterSpec) -> int:
+    """slurm.conf's HealthCheckInterval: a loop that died comes back within this many seconds (a
+    node's first loop starts with its slurmd, which runs the wrapper at its start)."""
+    return max(int(spec.recovery.health_check_interval), KEEPER_INTERVAL_S)
+
+
 def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sys.executable) -> str:
     """Slurm's HealthCheckProgram and Prolog. The periodic check is one long-lived
-    ``python -m hyperscope.health --loop`` per node, started by the first run and holding the
-    node's lock (``flock -n``: every later run exits at once), since a Python start per node every
-    few seconds kept two cores busy at 32 nodes on one machine. The Prolog runs the quick checks
-    before every job (Prologs of one node wait their turn, so every job's nodes are checked). Each
-    node's expected GPU count comes from its group; the spec's folder of user checks; DCGM's
-    diagnostic at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so
-    ``delete`` stops a check still running. It is also the agent's watchdog: run by every slurmd
-    every few seconds, it starts the agent again when none holds the agent's lock (the agent, in
-    turn, restarts slurmctld and munged)."""
+        ``python -m hyperscope.health --loop`` per node, started by the first run and holding the
+        node's lock (``flock -n``) and naming itself in a pid file: every later run, while that loop
+    lives, exits at once on bash builtins alone (no fork, no exec: it runs on every node every
+    interval), since a Python start per node every
+        few seconds kept two cores busy at 32 nodes on one machine. The Prolog runs the quick checks
+        before every job (Prologs of one node wait their turn, so every job's nodes are checked). Each
+        node's expected GPU count comes from its group; the spec's folder of user checks; DCGM's
+        diagnostic at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so
+        ``delete`` stops a check still running. It is also the agent's watchdog: run by every slurmd
+        every few seconds, it starts the agent again when none holds the agent's lock (the agent, in
+        turn, restarts slurmctld and munged)."""
     q = shlex.quote
     spool = Path(state.run_dir) / "spool"
     r = spec.recovery
@@ -66,22 +89,39 @@ fi
         if r.agent
         else ""
     )
+    locks = Path(state.run_dir) / "locks"
     return f"""#!/bin/bash
 # Written by hyperscope for cluster {state.name}: Slurm's HealthCheckProgram. Slurm gives it only
 # SLURMD_NODENAME, so everything else is set here.
 node=${{SLURMD_NODENAME:?SLURMD_NODENAME is not set}}
+spool={q(str(spool))}/"$node"
+locks={q(str(locks))}
+# fast path, bash builtins only (no process started): the periodic run while this node's loop
+# lives (its pid file names a process whose command line is this node's loop, started by this
+# slurmd); the loop is the agent's watchdog meanwhile. One started by an earlier slurmd of this
+# node would end at its next pass: it is ended below and a fresh one started now.
+stale="" parent=${{HYPERSCOPE_SLURMD_PID:-$PPID}}
+if [ -z "${{SLURM_JOB_ID:-}}" ] && read -r pid 2>/dev/null <"$locks/loop-$node.pid" &&
+    mapfile -d '' argv 2>/dev/null <"/proc/$pid/cmdline" &&
+    [[ " ${{argv[*]}} " == *" --loop "*" --path $spool "* ]]; then
+    [[ " ${{argv[*]}} " == *" --parent $parent "* ]] && exit 0
+    stale=$pid
+fi
 export SLURM_CONF={q(state.slurm_conf)}
 export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_dir)}
 export HYPERSCOPE_CLUSTER_DIR={q(state.dir)}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-spool={q(str(spool))}/"$node"
 {watchdog}# never two periodic checks of one node at once: a second one exits at once, the one running now
 # answers for both. Prologs (SLURM_JOB_ID set) queue up instead: each job's nodes are checked.
-locks={q(str(Path(state.run_dir) / "locks"))}
 if [ -n "${{SLURM_JOB_ID:-}}" ]; then
     mkdir -p "$locks" && exec 9>>"$locks/prolog-$node" && flock -w 120 9
 else
-    mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" && {{ flock -n 9 || exit 0; }}
+    mkdir -p "$locks" && exec 9>>"$locks/healthcheck-$node" || exit 0
+    if ! flock -n 9; then
+        [ -n "$stale" ] || exit 0
+        kill "$stale" 2>/dev/null
+        flock -w 30 9 || exit 0
+    fi
 fi
 faults={q(str(faults_dir(state)))}/$node.json
 if [ -e "$faults" ]; then export HYPERSCOPE_HEALTH_FAULTS="$faults"; else unset HYPERSCOPE_HEALTH_FAULTS; fi
@@ -94,13 +134,34 @@ common=(--drain --node "$node" $expect{checks} --dcgm-every {r.dcgm_interval_s} 
 if [ -z "${{SLURM_JOB_ID:-}}" ]; then
     # periodic: one long-lived check per node, every {r.health_check_interval} s, holding this lock (fd 9)
     # for its life; it ends with this node's slurmd or when this script is rewritten
-    setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$PPID" \\
-        --watch "$0" --faults-file "$faults"{agent} "${{common[@]}}" </dev/null >/dev/null 2>&1 &
+    setsid -f {q(python)} -m hyperscope.health --loop {r.health_check_interval} --parent "$parent" \\
+        --watch "$0" --faults-file "$faults" --pid-file "$locks/loop-$node.pid" \\
+        --probe-every {PROBE_EVERY_S}{agent} \\
+        "${{common[@]}}" </dev/null >/dev/null 2>&1 &
     exit 0
 fi
 # As the Prolog (Slurm sets SLURM_JOB_ID) only the quick checks: it runs before every job.
 exec {q(python)} -m hyperscope.health --quick "${{common[@]}}" >/dev/null
 """
+
+
+def start_loop(state: ClusterState, node: str, slurmd_pid: int) -> None:
+    """Start ``node``'s health loop beside the slurmd just started (slurmd itself first runs the
+    wrapper only at its first HealthCheckInterval, up to :data:`KEEPER_INTERVAL_S` later): the
+    wrapper, as slurmd would run it, told which slurmd the loop ends with. A node without the
+    wrapper (a cluster created before it) is left to slurmd."""
+    wrapper = Path(state.dir) / "etc" / WRAPPER
+    if not wrapper.is_file():
+        return
+    env = {"SLURMD_NODENAME": node, "HYPERSCOPE_SLURMD_PID": str(slurmd_pid)}
+    try:  # not waited for here (a create starts every node's): reaped by a thread of its own
+        started = subprocess.Popen(
+            [str(wrapper)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except OSError:
+        return  # then slurmd's own first run starts it
+    threading.Thread(target=started.wait, daemon=True).start()
 
 
 TASK_PROLOG = "taskprolog.sh"
@@ -138,7 +199,7 @@ def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
     prolog.chmod(0o755)
     lines = [
         f"HealthCheckProgram={wrapper}",
-        f"HealthCheckInterval={spec.recovery.health_check_interval}",
+        f"HealthCheckInterval={keeper_interval(spec)}",
         "HealthCheckNodeState=ANY",
         f"Prolog={wrapper}",
         f"TaskProlog={prolog}",

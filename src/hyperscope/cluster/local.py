@@ -339,10 +339,13 @@ class LocalProvider:
             return self._popen(state, "agent", argv, "agent.out", extra_env=lock_env)
 
     def start_slurmd(self, state: ClusterState, node: NodeState, *, save: bool = True) -> Proc:
-        return self._popen(
+        """The node's slurmd, and its health loop with it (``hooks.start_loop``)."""
+        proc = self._popen(
             state, "slurmd", ["slurmd", "-D", "-N", node.name, "-f", state.slurm_conf],
             f"slurmd-{node.name}.out", node.name, save=save,
         )  # fmt: skip
+        hooks.start_loop(state, node.name, proc.pid)
+        return proc
 
     def run_on_create(
         self, spec: ClusterSpec, state: ClusterState, node: NodeState, *, update: bool = False

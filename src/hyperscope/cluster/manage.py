@@ -29,6 +29,7 @@ from hyperscope.cluster.state import (
     list_states,
 )
 from hyperscope.errors import HyperscopeError
+from hyperscope.recovery import calm
 from hyperscope.store.catalog import Job as CatalogJob
 from hyperscope.store.catalog import JobStatus
 from hyperscope.store.store import Store
@@ -315,6 +316,7 @@ def submit(name: str, home: Path, sbatch_args: list[str]) -> Submitted:
         with Store(jobs.store_home(state)) as store:
             store.catalog.remove(reserved.name)
         raise
+    calm.nudge(state.dir)  # the agent watches the job from its next pass on
     try:
         synced = jobs.sync(state, slurm, link=(job_id, reserved.name))
     except HyperscopeError:  # the job is in; the next sync records it

@@ -43,6 +43,7 @@ def configure(
     dcgm_record: Path | None = None,
     gpu_devices: Path = Path("/dev"),
     system_disks: bool = True,
+    probe_every_s: float = 0.0,
 ) -> HealthConfig:
     """The options of ``hyperscope health`` (and of ``python -m hyperscope.health``) as a config;
     ``quick`` (Slurm's Prolog, before every job) leaves out DCGM's diagnostic and the user's checks."""
@@ -57,6 +58,7 @@ def configure(
         dcgm_record=dcgm_record,
         gpu_devices=gpu_devices,
         system_disks=system_disks,
+        probe_every_s=probe_every_s,
     )
 
 

@@ -16,6 +16,7 @@ Exit status as ``hyperscope health``: 0 pass or warn, 1 fail, 2 an unreadable fa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 from hyperscope import health
 from hyperscope._proc import process_alive
 from hyperscope.health.sources import FAULTS_ENV
+from hyperscope.recovery import calm
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--loop", type=float, default=0.0, metavar="SECONDS")
     ap.add_argument("--parent", type=int, default=0, metavar="PID")
     ap.add_argument("--watch", type=Path, default=None, metavar="FILE")
+    ap.add_argument("--probe-every", type=float, default=0.0, metavar="SECONDS",
+                    help="write to a writable path again only after this long (0: every run)")  # fmt: skip
+    ap.add_argument("--pid-file", type=Path, default=None, metavar="FILE")
     ap.add_argument("--agent-watchdog", type=Path, default=None, metavar="CLUSTER_DIR")
     return ap
 
@@ -58,7 +63,7 @@ def _once(args: argparse.Namespace) -> int:
     config = health.configure(
         expect_gpus=args.expect_gpus, paths=tuple(args.path), min_free_gib=args.min_free_gib,
         shared=args.shared, checks_dir=args.checks_dir, quick=args.quick, dcgm_every_s=args.dcgm_every,
-        dcgm_record=args.dcgm_record, gpu_devices=args.gpu_devices,
+        dcgm_record=args.dcgm_record, gpu_devices=args.gpu_devices, probe_every_s=args.probe_every,
     )  # fmt: skip
     try:
         report = health.run(config, node=args.node)
@@ -73,6 +78,7 @@ def _once(args: argparse.Namespace) -> int:
             return 1
         if command:
             print(f"drained: {command}", file=sys.stderr)
+            calm.nudge(os.environ.get("HYPERSCOPE_CLUSTER_DIR"))  # the agent looks at once
     return 1 if report.status == "fail" else 0
 
 
@@ -98,11 +104,41 @@ def _watch_agent(cluster_dir: Path) -> None:
         print(f"agent watchdog: {exc}", file=sys.stderr)
 
 
+def _write_pid(path: Path) -> None:
+    """Name this loop in ``path`` (whole or not at all): the wrapper's fast path reads it and
+    exits at once, without starting a process, while this loop lives."""
+    try:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(f"{os.getpid()}\n")
+        os.replace(tmp, path)
+    except OSError as exc:  # no fast path then: the wrapper's lock still keeps one loop per node
+        print(f"pid file: {exc}", file=sys.stderr)
+
+
+def _hand_over(args: argparse.Namespace) -> None:
+    """The wrapper was rewritten (a cluster update): run the new one now, as slurmd would, so
+    the node's next loop starts at once and not at slurmd's next run (``HealthCheckInterval``).
+    First this loop lets go of what keeps a wrapper from starting one: its pid file and the
+    wrapper's lock (inherited as fd 9). Only for a loop the wrapper started (it names both)."""
+    if args.pid_file is None or not args.parent or args.watch is None or args.node is None:
+        return
+    with contextlib.suppress(OSError):
+        if args.pid_file.read_text().strip() == str(os.getpid()):
+            args.pid_file.unlink()
+    with contextlib.suppress(OSError):
+        os.close(9)
+    env = {"SLURMD_NODENAME": args.node, "HYPERSCOPE_SLURMD_PID": str(args.parent)}
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run([str(args.watch)], env=env, stdin=subprocess.DEVNULL, timeout=120, check=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.loop <= 0:
         return _once(args)
     stamp = args.watch.stat().st_mtime_ns if args.watch is not None and args.watch.exists() else None
+    if args.pid_file is not None:
+        _write_pid(args.pid_file)
     while True:
         _once(args)
         if args.agent_watchdog is not None:
@@ -113,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.watch is not None:
             now = args.watch.stat().st_mtime_ns if args.watch.exists() else None
             if now != stamp:
+                _hand_over(args)
                 return 0
 
 

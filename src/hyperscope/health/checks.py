@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -43,6 +44,9 @@ class HealthConfig:
     #: where GPU device files (``nvidiaN``) are counted when NVML cannot be asked
     gpu_devices: Path = Path("/dev")
     faults: dict[str, Any] = field(default_factory=dict)
+    #: a path found writable is written to again only after this many seconds (0: every run).
+    #: The periodic loop sets it: a probe is an fsync and an unlink, most of a healthy pass's CPU
+    probe_every_s: float = 0.0
 
 
 def gpu_checks(config: HealthConfig) -> list[CheckResult]:
@@ -145,7 +149,7 @@ def disk_checks(config: HealthConfig) -> list[CheckResult]:
                 )
             )
             continue
-        problem = _write_probe(path)
+        problem = _writable(path, config.probe_every_s)
         out.append(
             CheckResult(name, Status.FAIL, problem, Action.REBOOT)
             if problem
@@ -184,6 +188,24 @@ def _device(path: Path) -> int | None:
         return None
 
 
+#: path -> when it was last found writable (monotonic s), for ``probe_every_s``; this process's
+_writable_at: dict[Path, float] = {}
+
+
+def _writable(path: Path, every_s: float) -> str:
+    """:func:`_write_probe`'s finding, or "" without writing while the last success of this
+    process is under ``every_s`` old (a failure is never remembered: it is probed every time)."""
+    now = time.monotonic()
+    if every_s > 0 and now - _writable_at.get(path, -math.inf) < every_s:
+        return ""
+    problem = _write_probe(path)
+    if problem:
+        _writable_at.pop(path, None)
+    else:
+        _writable_at[path] = now
+    return problem
+
+
 def _write_probe(path: Path) -> str:
     probe = path / f".hyperscope-health-{uuid.uuid4().hex}"
     try:
@@ -204,7 +226,7 @@ def shared_check(config: HealthConfig) -> list[CheckResult]:
         return [
             CheckResult("shared", Status.FAIL, f"{config.shared} is not there (unmounted?)", Action.REBOOT)
         ]
-    problem = _write_probe(config.shared)
+    problem = _writable(config.shared, config.probe_every_s)
     if problem:
         return [CheckResult("shared", Status.FAIL, f"{config.shared}: {problem}", Action.REBOOT)]
     return [CheckResult("shared", Status.PASS, f"{config.shared} present and writable")]

@@ -1,4 +1,5 @@
-"""The recovery agent (``hyperscope agent``): once a second it reads what Slurm says of the nodes
+"""The recovery agent (``hyperscope agent``): once a second (every 5 s on a calm cluster, unless a
+cheap look finds a reason: :mod:`hyperscope.recovery.calm`) it reads what Slurm says of the nodes
 and jobs, what the provider sees of each node's slurmd, and the jobs' progress heartbeats; asks
 :mod:`hyperscope.recovery.decide` what to do; and applies each decision through the provider's
 :class:`~hyperscope.cluster.operate.NodeOperator` — the same loop for local, ssh and adopted
@@ -34,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperscope.cluster import jobs as catalog_jobs
-from hyperscope.cluster import nodeops
-from hyperscope.cluster.operate import AGENT_LOCK_FD_ENV, NodeOperator, Outcome, open_ticket, operator_for
+from hyperscope.cluster.operate import AGENT_LOCK_FD_ENV, NodeOperator, operator_for
 from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError, parse_show_node
 from hyperscope.cluster.spec import RecoverySettings, load_spec
 from hyperscope.cluster.state import (
@@ -49,7 +49,8 @@ from hyperscope.cluster.state import (
     start_time,
 )
 from hyperscope.errors import HyperscopeError
-from hyperscope.recovery import heartbeat
+from hyperscope.recovery import act, calm, heartbeat
+from hyperscope.recovery.calm import Calm
 from hyperscope.recovery.decide import (
     PASSIVE,
     Action,
@@ -67,8 +68,6 @@ LOG = "agent.log"
 BUSY_INTERVAL_S = 0.2
 #: a job this young is left to ``submit``'s own catalog sync (it knows the entry it reserved)
 SYNC_SETTLE_S = 10.0
-#: after a node comes back, how long its "not responding" flag is ignored (notes: idle* for ~1 s)
-SETTLE_S = 10.0
 
 
 def heartbeat_dir(state: ClusterState) -> Path:
@@ -138,6 +137,8 @@ class Agent:
     #: per-rank slow-step counts (``recovery.stragglers``), and the stragglers named now
     tracker: StragglerTracker | None = None
     flagged: dict[tuple[str, int], Straggler] = field(default_factory=dict)
+    #: until when Slurm need not be asked (an idle cluster: ``recovery.calm``)
+    idle: Calm = field(default_factory=Calm)
     #: ``straggler_action: replace`` (``recovery.straggler_replace``): when each (job, rank, node)
     #: was first named, and the passive decision last logged per node
     straggler_seen: dict[tuple[str, int, str], float] = field(default_factory=dict)
@@ -192,11 +193,20 @@ class Agent:
             return []
         restarts = self.supervise(state)
         ops = self._ops(state)
+        assert self._cached is not None  # set by _state()
+        key = (self._cached[0], calm.events_stamp(self.dir))
+
+        def daemons() -> bool:
+            return all(ops.daemon_alive(n) for n in state.nodes if n.slurm and n.status == "Running")
+
+        if not restarts and self.idle.holds(self.clock(), key, daemons):
+            return []  # calm: nothing Slurm could say needs this second's look (recovery.calm)
         slurm = ops.slurm()
         try:
             shown = slurm.run("scontrol", "show", "node", "-o").stdout
             jobs = slurm.jobs()
         except SlurmError:
+            self.idle.after_pass(self.clock(), key, False)
             return restarts  # slurmctld busy or restarting: the next pass sees it
         self.sync_catalog(state, slurm, jobs)
         views = self.node_views(state, self.nodes_of_interest(state, ops, shown), ops)
@@ -224,6 +234,12 @@ class Agent:
             for j in jobs
         ) or any(w.is_alive() for w in self.workers)
         self.workers = [w for w in self.workers if w.is_alive()]
+        watching = (
+            bool(self.settling or self.silent_since or self.reboots or self.acting) or self.synced is None
+        )
+        acted = bool(restarts) or any(a.kind not in PASSIVE for a in actions)
+        quiet = calm.quiet((j.state for j in jobs), busy=self.busy, watching=watching, acted=acted)
+        self.idle.after_pass(self.clock(), key, quiet)
         return actions
 
     def supervise(self, state: ClusterState) -> list[Action]:
@@ -418,161 +434,13 @@ class Agent:
 
         return straggler_watch.watch(self, state, jobs)
 
-    # --- applying ---------------------------------------------------------------------------------
+    # --- applying (recovery.act) -----------------------------------------------------------------
 
     def apply(self, action: Action) -> None:
-        """Job actions and the quick part of a node action (fence, spare swap) run now; a node's
-        restart or re-creation runs on its own thread, so the loop goes on lifting requeued jobs'
-        holds meanwhile and other nodes recover at the same time."""
-        base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": action.job}
-        self.log({**base, "phase": "decided", "reason": action.reason})
-        t0 = self.clock()
-        try:
-            if action.job is not None:
-                self._job_action(action)
-            else:
-                self.acting.add(action.nodes[0])
-                try:
-                    self._fence(action)
-                except BaseException:
-                    self.acting.discard(action.nodes[0])
-                    raise
-                worker = threading.Thread(target=self._finish, args=(action, base, t0), daemon=True)
-                self.workers.append(worker)
-                worker.start()
-                return
-        except (ClusterError, SlurmError, OSError) as exc:
-            self.log({**base, "phase": "failed", "error": str(exc), "seconds": round(self.clock() - t0, 3)})
-            return
-        self.log({**base, "phase": "done", "seconds": round(self.clock() - t0, 3)})
-
-    def _job_action(self, action: Action) -> None:
-        slurm = self._ops(self._state()).slurm()
-        assert action.job is not None
-        if action.kind is Kind.REQUEUE:
-            slurm.run("scontrol", "requeue", action.job)
-        else:  # STOP: say why where `scontrol show job` shows it, then cancel
-            slurm.run(
-                "scontrol", "update", f"jobid={action.job}", f"comment=hyperscope: {action.reason}"[:250]
-            )
-            slurm.run("scancel", action.job)
-
-    def _fence(self, action: Action) -> None:
-        """Mark the node as being worked on, take it out of service (its jobs requeue now) and
-        swap the spare in."""
-        with self._update() as state:
-            node = state.node(action.nodes[0])
-            slurm = self._ops(state).slurm()
-            replacing = action.kind is Kind.REPLACE
-            node.status = "Replacing" if replacing else "Rebooting"
-            node.since, node.last_action = self.clock(), str(action)
-            state.status = "Updating"
-            try:
-                verb = "replacing" if replacing else "rebooting"
-                nodeops.fence(slurm, node.name, f"hyperscope agent: {verb}: {action.reason}")
-                if replacing and len(action.nodes) > 1:
-                    nodeops.swap_in(slurm, state, node, state.node(action.nodes[1]))
-            except (ClusterError, SlurmError, OSError) as exc:
-                node.status, node.since = "Failed", self.clock()
-                node.last_action = f"{action}; failed: {exc}"
-                state.status = _settled(state)
-                state.save()
-                raise
-
-    def _finish(self, action: Action, base: dict[str, Any], t0: float) -> None:
-        """The slow part, on this node's thread and under no lock: the provider reboots or
-        re-creates the node on a copy of the state; the result is merged in at the end."""
-        name = action.nodes[0]
-        error, outcome = "", Outcome()
-        try:
-            state = ClusterState.load(self.dir)
-            ops = self._ops(state)
-            node = state.node(name)
-            if action.kind is Kind.REBOOT:
-                self.reboots[name] = self.reboots.get(name, 0) + 1
-                outcome = ops.reboot(node, action.reason)
-            else:
-                outcome = ops.recreate(node, action.reason)
-        except (HyperscopeError, SlurmError, OSError) as exc:
-            error = str(exc)
-        ticket_note = ""
-        try:
-            with self._update() as state:
-                node = state.node(name)
-                if error:
-                    node.status, node.last_action = "Failed", f"{action}; failed: {error}"
-                elif outcome.ticket:
-                    node.status = "NeedsHardware"
-                    node.last_action = f"{action}; ticket: {outcome.ticket}"
-                else:
-                    _record(state, outcome)
-                    node.status = "Running"
-                    if action.kind is Kind.REPLACE:
-                        node.replacements += 1
-                        self.reboots.pop(name, None)
-                node.since = self.clock()
-                self.settling[name] = self.clock() + SETTLE_S
-                state.status = _settled(state)
-                ticketed = node if outcome.ticket and not error else None
-            if ticketed is not None:
-                ticket_note = self._ticket(state, ticketed, outcome.ticket)
-        finally:
-            self.acting.discard(name)
-        if ticket_note:
-            record = {"kind": "ticket", "nodes": [name], "job": None, "phase": "opened"}
-            self.log({**record, "reason": outcome.ticket, "hook": ticket_note})
-        outcome_log = {"phase": "failed", "error": error} if error else {"phase": "done"}
-        if outcome.ticket and not error:
-            outcome_log = {"phase": "ticket", "reason": outcome.ticket}
-        self.log({**base, **outcome_log, "seconds": round(self.clock() - t0, 3)})
-
-    def _ticket(self, state: ClusterState, node: Any, why: str) -> str:
-        """The node stays out of service, with the ticket as Slurm's reason; the spec's hook."""
-        slurm = self._ops(state).slurm()
-        reason = f"hyperscope agent: needs hardware (ticket): {why}"[:200]
-        argv = ("scontrol", "update", f"nodename={node.name}", "state=down", f"reason={reason}")
-        slurm.run(*argv, check=False)
-        return open_ticket(self.recovery(state), state, node, why)
+        act.apply(self, action)
 
     def release_requeued(self, slurm: Slurm, jobs: list[Job]) -> None:
-        """A requeued job waits ``cred_expire`` s (Reason=BeginTime) for nothing: start it now."""
-        now = self.clock()
-        for job in jobs:
-            key = (job.id, job.restarts)
-            if job.state == "PENDING" and _held_after_failed_launch(job.reason):
-                self._release_held(slurm, job)
-                continue
-            if (
-                job.state != "PENDING"
-                or job.restarts == 0
-                or job.reason != "BeginTime"
-                or key in self.released
-            ):
-                continue
-            # The requeue revoked the job's credentials as of its second: a launch in that same
-            # second is refused ("Job credential revoked") and the job fails. Start it only in a
-            # later second than the one it was first seen pending in.
-            seen = self.pending_since.setdefault(key, now)
-            if now < math.floor(seen) + 1.05:
-                continue
-            done = slurm.run("scontrol", "update", f"jobid={job.id}", "StartTime=now", check=False)
-            if done.returncode == 0:
-                self.released.add(key)
-                why = f"requeued (restart {job.restarts}): post-requeue hold lifted"
-                self.log({"kind": "release", "job": str(job.id), "phase": "done", "reason": why})
-
-    def _release_held(self, slurm: Slurm, job: Job) -> None:
-        """Slurm holds a batch job whose launch failed (its Prolog, the quick health check, found a
-        sick node and drained it) until someone releases it; the node is out of the partition by
-        then, so the job can start on healthy ones. Once per restart."""
-        key = (job.id, -1 - job.restarts)
-        if key in self.released:
-            return
-        done = slurm.run("scontrol", "release", str(job.id), check=False)
-        if done.returncode == 0:
-            self.released.add(key)
-            why = "held by Slurm after a failed launch (a node failed its prolog health check): released"
-            self.log({"kind": "release", "job": str(job.id), "phase": "done", "reason": why})
+        act.release_requeued(self, slurm, jobs)
 
     def run(self, interval: float = 1.0, *, passes: int | None = None) -> None:
         """Loop until the cluster is gone (or ``passes`` passes, for tests). One agent per
@@ -622,19 +490,3 @@ def _single(path: Path) -> Iterator[bool]:
             yield False
             return
         yield True
-
-
-def _held_after_failed_launch(reason: str) -> bool:
-    """``launch failed requeued held``, as squeue or ``scontrol show job`` spell it."""
-    return reason.replace("_", " ").strip().lower() == "launch failed requeued held"
-
-
-def _settled(state: ClusterState) -> Any:
-    """Updating while a node is being worked on, InService once none is."""
-    return "Updating" if any(n.status in ("Replacing", "Rebooting") for n in state.nodes) else "InService"
-
-
-def _record(state: ClusterState, outcome: Outcome) -> None:
-    """The node's new daemons replace the ones recorded in the same role, on the same node and host."""
-    new = {(p.role, p.node, p.host) for p in outcome.procs}
-    state.procs = [p for p in state.procs if (p.role, p.node, p.host) not in new] + outcome.procs
