@@ -42,17 +42,28 @@ def test_narrow_types_come_back_as_written() -> None:
 
 
 def column(
-    tmp_path: Path, values: np.ndarray, name: str, block: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    values: np.ndarray,
+    name: str,
+    block: int,
+    monkeypatch: pytest.MonkeyPatch,
+    whole: bool = False,
 ) -> BlockColumn:
+    """A column of ``values`` in blocks of ``block``, decoded whole at first use or (``whole``
+    False: no column fits the share) read block by block."""
     monkeypatch.setenv("HYPERSCOPE_TIMELINE_BLOCK", str(block))
+    if not whole:
+        monkeypatch.setattr(_blocks, "WHOLE_SHARE", 1 << 62)
     directory = write_column(tmp_path / f"{name}.blk", values, name)
     return BlockColumn(tmp_path / f"{name}.blk", name, json.loads(json.dumps(directory)))
 
 
-def test_a_column_reads_as_its_array(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("whole", [False, True], ids=["blocks", "whole"])
+def test_a_column_reads_as_its_array(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
     rnd = np.random.default_rng(2)
     values = np.sort(rnd.integers(0, 1 << 50, 5000))
-    col = column(tmp_path, values, "ts", 64, monkeypatch)
+    col = column(tmp_path, values, "ts", 64, monkeypatch, whole)
+    assert col.fits_whole() == whole
     assert len(col) == 5000 and col.dtype == np.int64 and np.array_equal(np.asarray(col), values)
     for sl in (
         slice(0, 1),
@@ -73,15 +84,16 @@ def test_a_column_reads_as_its_array(tmp_path: Path, monkeypatch: pytest.MonkeyP
         col[np.asarray([1, 5000])]
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["blocks", "whole"])
 def test_searches_equal_numpy_and_decode_only_their_blocks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool
 ) -> None:
     """Runs of equal values across block edges, sub-ranges starting and ending mid-block, values
-    before and after everything: the answers are numpy's; and a search for one value decodes one
-    block, not the range."""
+    before and after everything: the answers are numpy's; and, read block by block, a search for
+    one value decodes one block, not the range."""
     rnd = np.random.default_rng(3)
     values = np.sort(rnd.integers(0, 400, 3000))  # many repeats, straddling the 64-entry blocks
-    col = column(tmp_path, values, "ts", 64, monkeypatch)
+    col = column(tmp_path, values, "ts", 64, monkeypatch, whole)
     for lo, hi in ((0, 3000), (1, 2999), (64, 128), (70, 71), (500, 500), (130, 2000)):
         probe = np.sort(rnd.integers(-5, 405, 200))
         for side in ("left", "right"):
@@ -90,6 +102,8 @@ def test_searches_equal_numpy_and_decode_only_their_blocks(
             shuffled = rnd.permutation(probe)
             want = lo + np.searchsorted(values[lo:hi], shuffled, side=side)  # type: ignore[call-overload]
             assert np.array_equal(col.searchsorted(lo, hi, shuffled, side), want)
+    if whole:
+        return
     _blocks.CACHE.clear()
     misses = _blocks.CACHE.misses
     col.searchsorted(0, 3000, np.asarray([200]))
@@ -111,6 +125,49 @@ def test_the_decoded_blocks_stay_under_their_bound(tmp_path: Path, monkeypatch: 
     assert 0 < peak <= 1 << 20
     assert np.array_equal(np.asarray(col), values) and _blocks.CACHE.nbytes <= 1 << 20
     del col  # a column gone takes its blocks with it
+    assert _blocks.CACHE.nbytes == 0
+
+
+@pytest.mark.parametrize("name", ["ts", "depth"])  # delta-coded, and not
+def test_a_column_decoded_whole_equals_its_blocks_and_is_counted_in_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A column that fits a quarter of the cache is decoded whole (at its first wide read) into one array
+    equal to its blocks read one by one, counted in the cache's bytes as one entry (its blocks
+    read before are dropped), evicted as a unit when other columns need the room, and decoded
+    again (still right) when read after. One too large for its share is read block by block."""
+    rnd = np.random.default_rng(4)
+    values = np.cumsum(rnd.integers(0, 1 << 20, 30_000)) if name == "ts" else rnd.integers(0, 60, 30_000)
+    (tmp_path / "b").mkdir()
+    by_blocks = column(tmp_path / "b", values, name, 1000, monkeypatch)  # read block by block first
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_CACHE_MB", "1")  # 240 KB a column: a quarter of 1 MiB fits
+    _blocks.CACHE.clear()
+    blockwise = np.concatenate([by_blocks.block(k) for k in range(30)])
+    assert _blocks.CACHE.nbytes == values.nbytes  # its 30 blocks
+    monkeypatch.setattr(_blocks, "WHOLE_SHARE", 4)
+    assert by_blocks.fits_whole()
+    whole = by_blocks.whole()
+    assert whole is not None and whole.dtype == values.dtype and not whole.flags.writeable
+    assert np.array_equal(whole, blockwise) and np.array_equal(whole, values)
+    assert _blocks.CACHE.nbytes == values.nbytes  # one entry now, the blocks dropped
+    assert by_blocks.whole() is whole and np.shares_memory(np.asarray(by_blocks), whole)
+    others = []
+    for i in range(5):  # 5 more such columns: 6 x 240 KB > 1 MiB, the first read is evicted
+        (tmp_path / f"o{i}").mkdir()
+        others.append(column(tmp_path / f"o{i}", values + i, name, 1000, monkeypatch, whole=True))
+        assert np.array_equal(others[-1][:10], values[:10] + i)  # one block: not decoded whole yet
+        assert others[-1].whole(decode=False) is None
+        assert np.array_equal(others[-1][:], values + i)  # all of it: decoded whole
+        assert others[-1].whole(decode=False) is not None
+        assert _blocks.CACHE.nbytes <= 1 << 20
+    assert _blocks.CACHE.nbytes == 4 * values.nbytes
+    again = by_blocks.whole()
+    assert again is not None and again is not whole and np.array_equal(again, values)
+    assert _blocks.CACHE.nbytes == 4 * values.nbytes
+    monkeypatch.setattr(_blocks, "WHOLE_SHARE", 8)  # 128 KB a column now: block by block
+    assert not by_blocks.fits_whole() and by_blocks.whole() is None
+    assert np.array_equal(by_blocks[5:29_000], values[5:29_000])
+    del by_blocks, others, whole, again
     assert _blocks.CACHE.nbytes == 0
 
 

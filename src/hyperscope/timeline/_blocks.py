@@ -13,6 +13,13 @@ block per probe.
 Decoded blocks are shared by every index of the process in one LRU bounded in bytes
 (``cache_bytes``, ``HYPERSCOPE_TIMELINE_CACHE_MB``): a server drawing many large profiles holds at
 most that much of them, whatever their size.
+
+Reading block by block costs a gather per block on every access (a whole-run tile touches every
+block of ``ts`` and ``cum``), several times the CPU of a plain array. So a column whose decoded
+size is at most ``1 / WHOLE_SHARE`` of the cache's bound is decoded whole at its first use into
+one contiguous array, kept in the same cache (counted in its bytes, evicted as one entry) and read
+exactly as an ``.npy`` column would be; only columns too large for that (100M events) are read
+block by block.
 """
 
 from __future__ import annotations
@@ -37,6 +44,18 @@ DELTA: Final = frozenset({"ts", "cum", "pts", "m_ts", "src", "m_src"})
 #: columns sorted within the ranges the tiles search: their blocks' first values are kept apart
 SORTED: Final = frozenset({"ts", "m_ts"})
 _WIDTHS: Final = (np.uint8, np.uint16, np.uint32, np.uint64)
+#: a column decoded whole when its decoded bytes are at most the cache's bound over this (at 10M
+#: events the largest column, 80 MB, fits the default 512 MiB; so do all of them together; tests
+#: raise it to read block by block)
+WHOLE_SHARE = 4
+#: a column is decoded whole by the first slice or gather after which at least 1 / WIDE of its
+#: blocks will have been read (the whole run's tile reads every block of the start times and
+#: running sums); until then reads and searches decode only their blocks (a search, the list of
+#: steps or a short window's tile touches a few blocks of a column: decoding all of it for them
+#: would cost many times as much); the blocks already decoded are copied, not decoded again
+WIDE: Final = 2
+#: the block number under which a column decoded whole is kept in the cache
+WHOLE: Final = -1
 
 
 def block_size() -> int:
@@ -78,15 +97,21 @@ class BlockCache:
             return found
 
     def put(self, key: tuple[int, int], block: npt.NDArray[Any]) -> None:
+        """Keep ``block``, unless its whole column is kept already (decoded by another thread)."""
         limit = cache_bytes()
         with self._lock:
-            if key in self._blocks:
+            if key in self._blocks or (key[0], WHOLE) in self._blocks:
                 return
             self._blocks[key] = block
             self.nbytes += block.nbytes
             while self.nbytes > limit and len(self._blocks) > 1:
                 _, old = self._blocks.popitem(last=False)
                 self.nbytes -= old.nbytes
+
+    def peek(self, key: tuple[int, int]) -> npt.NDArray[Any] | None:
+        """What ``get`` answers, but counted neither as a hit nor a miss, nor made recent."""
+        with self._lock:
+            return self._blocks.get(key)
 
     def drop(self, owner: int) -> None:
         """Forget the blocks of one column (its index is gone)."""
@@ -176,7 +201,19 @@ class BlockColumn:
     """One stored column, read as an array would be (``col[i]``, ``col[lo:hi]``, ``col[indices]``,
     ``np.asarray(col)``), decoding only the blocks asked for, through :data:`CACHE`."""
 
-    __slots__ = ("B", "_delta", "_dir", "_firsts", "_id", "_lock", "_path", "dtype", "n")
+    __slots__ = (
+        "B",
+        "_delta",
+        "_dir",
+        "_firsts",
+        "_id",
+        "_lock",
+        "_path",
+        "_read",
+        "_whole_lock",
+        "dtype",
+        "n",
+    )
 
     def __init__(self, path: Path, name: str, directory: dict[str, Any]) -> None:
         self._path = path
@@ -189,6 +226,8 @@ class BlockColumn:
         if self.B < 1:
             raise ValueError(f"{path}: blocks of {self.B} entries")
         self._lock = threading.Lock()
+        self._whole_lock = threading.Lock()
+        self._read = np.zeros(len(self._dir), dtype=np.bool_)  # the blocks read so far
         with _IDS_LOCK:
             self._id = next(_IDS)
         expected = -(-self.n // self.B)
@@ -214,8 +253,65 @@ class BlockColumn:
     def shape(self) -> tuple[int]:
         return (self.n,)
 
+    def fits_whole(self) -> bool:
+        """Whether this column is decoded whole (its decoded bytes fit the share of the cache)."""
+        return bool(self.n * self.dtype.itemsize <= cache_bytes() // WHOLE_SHARE)
+
+    def whole(self, decode: bool = True) -> npt.NDArray[Any] | None:
+        """The whole column decoded into one read-only array (from the cache when it is there),
+        or None when it is too large for that (then it is read block by block), or when it is
+        not decoded yet and ``decode`` is false."""
+        if not self.fits_whole():
+            return None
+        key = (self._id, WHOLE)
+        found = CACHE.get(key) if decode else CACHE.peek(key)
+        if found is not None or not decode:
+            return found
+        with self._whole_lock:  # one thread decodes it, the others wait for its answer
+            found = CACHE.get(key)
+            if found is not None:
+                return found
+            out = self._decode_whole()
+            CACHE.drop(self._id)  # its blocks, now held twice
+            CACHE.put(key, out)
+            return out
+
+    def _decode_whole(self) -> npt.NDArray[Any]:
+        """Every block, read in one piece and decoded straight into one preallocated array: one
+        zstd call a block, then its byte planes, minimum and differences undone in place (no
+        temporary block, no copy after)."""
+        import pyarrow as pa
+
+        codec = pa.Codec("zstd")
+        wide = np.empty(self.n, dtype=np.int64)
+        with self._lock, self._path.open("rb") as fh:
+            raw = fh.read()
+        for k, (offset, length, lo, first, size) in enumerate(self._dir.tolist()):
+            a = k * self.B
+            b = min(self.n, a + self.B)
+            cached = CACHE.peek((self._id, k))
+            if cached is not None:
+                wide[a:b] = cached
+                continue
+            plain = codec.decompress(memoryview(raw)[offset : offset + length], (b - a) * size, asbytes=False)
+            planes = np.frombuffer(plain, dtype=np.uint8).reshape(size, b - a)
+            v = wide[a:b]
+            np.copyto(v, planes[0], casting="unsafe")
+            for j in range(1, size):  # as decode_block: exact modulo 2^64
+                v |= planes[j].astype(np.int64) << np.int64(8 * j)
+            v += np.int64(lo)
+            if self._delta and b > a:
+                v[0] = first
+                np.cumsum(v, out=v)
+        out = wide if self.dtype == np.int64 else wide.astype(self.dtype)
+        out.setflags(write=False)
+        return out
+
     def block(self, k: int) -> npt.NDArray[Any]:
         """Block ``k``, decoded (from the cache when it is there)."""
+        w = self.whole(decode=False)
+        if w is not None:
+            return w[k * self.B : (k + 1) * self.B]
         key = (self._id, k)
         found = CACHE.get(key)
         if found is not None:
@@ -230,9 +326,20 @@ class BlockColumn:
         CACHE.put(key, out)
         return out
 
+    def _wide(self, blocks: Any) -> bool:
+        """Whether, with ``blocks`` (a slice or an array of block numbers) read now, enough of the
+        column has been read to decode it whole (see ``WIDE``)."""
+        if not self.fits_whole():
+            return False
+        self._read[blocks] = True
+        return int(np.count_nonzero(self._read)) * WIDE >= len(self._dir)
+
     def _slice(self, lo: int, hi: int) -> npt.NDArray[Any]:
         if hi <= lo:
             return np.zeros(0, self.dtype)
+        w = self.whole(decode=self._wide(slice(lo // self.B, (hi - 1) // self.B + 1)))
+        if w is not None:
+            return w[lo:hi]
         b0, b1 = lo // self.B, (hi - 1) // self.B
         if b0 == b1:
             return self.block(b0)[lo - b0 * self.B : hi - b0 * self.B]
@@ -245,12 +352,18 @@ class BlockColumn:
         out = np.empty(len(idx), dtype=self.dtype)
         if not len(idx):
             return out
+        w = self.whole(decode=self._wide(idx // self.B))
+        if w is not None:
+            return w[idx]
         which = idx // self.B
         for k, group in _groups(which):
             out[group] = self.block(k)[idx[group] - k * self.B]
         return out
 
     def __getitem__(self, key: Any) -> Any:
+        w = self.whole(decode=False)
+        if w is not None:
+            return w[key]
         if isinstance(key, slice):
             start, stop, step = key.indices(self.n)
             got = (
@@ -275,6 +388,8 @@ class BlockColumn:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
         out = self._slice(0, self.n)
+        if copy:
+            out = out.copy()
         return out if dtype is None else out.astype(dtype)
 
     def searchsorted(
@@ -285,6 +400,9 @@ class BlockColumn:
         values = np.asarray(values)
         if hi <= lo:
             return np.full(values.shape, lo, dtype=np.int64)
+        w = self.whole(decode=False)
+        if w is not None:
+            return np.searchsorted(w[lo:hi], values, side=side).astype(np.int64) + lo  # type: ignore[call-overload,no-any-return]
         if not len(self._firsts):  # not a sorted column: read the range
             return np.searchsorted(self._slice(lo, hi), values, side=side).astype(np.int64) + lo  # type: ignore[call-overload,no-any-return]
         b0, b1 = lo // self.B, (hi - 1) // self.B
