@@ -114,7 +114,9 @@ def test_a_stop_sent_to_the_launcher_stops_the_job(tmp_path: Path, sig: signal.S
     """SIGTERM (Slurm signals every process of the step) or Ctrl+C to the launcher: Stopped, and
     the partial profile reads back."""
     home = tmp_path / "home"
-    proc = start(home, "stop", steps=400, logs=tmp_path)
+    # steps enough that the signal always lands in the training (400 steps of 0.05 s once ended
+    # before a loaded machine's first part appeared: the job was Completed)
+    proc = start(home, "stop", steps=100_000, logs=tmp_path)
     try:
         _started(home)
         proc.send_signal(sig)
@@ -122,7 +124,7 @@ def test_a_stop_sent_to_the_launcher_stops_the_job(tmp_path: Path, sig: signal.S
     finally:
         proc.kill()
     assert proc.returncode == 128 + sig, err[-3000:]
-    assert "trained 400 steps" not in out
+    assert "trained 100000 steps" not in out
     job, rank, message = _rank(home, "stop")
     assert job is JobStatus.STOPPED and rank is RankStatus.STOPPED, (job, rank, message)
     assert query(home, "stop", "SELECT count(*) FROM events")[0][0] > 0

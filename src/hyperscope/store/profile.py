@@ -43,10 +43,11 @@ from hyperscope.store._sql import empty_events
 
 ROW_GROUP_ROWS: Final = 128 * 1024
 SMALL_PROFILE_ROWS: Final = 100_000
-#: zstd level of an import's small-profile file: 15 writes the legacy ResNet's 80k events in
-#: 0.22 s of CPU against 1.02 s at 19, for 7 % more bytes (DLRM: 0.10 s against 0.32 s, +1 %);
-#: measured in bench/README.md ("Import against HTA").
-IMPORT_ZSTD_LEVEL: Final = 15
+#: zstd level of an import's small-profile file: 19, though 15 writes the legacy ResNet's 80k
+#: events in 0.22 s of CPU against 1.02 s (DLRM: 0.10 s against 0.32 s): at 15, ns_resolution_trace
+#: was stored in 1/48.9 of its JSON, missing the 1/50 promise that 19 keeps (1/50.9;
+#: bench/storage.py, bench/README.md).
+IMPORT_ZSTD_LEVEL: Final = 19
 
 
 def new_profile_id() -> str:
