@@ -43,11 +43,10 @@ from hyperscope.store._sql import empty_events
 
 ROW_GROUP_ROWS: Final = 128 * 1024
 SMALL_PROFILE_ROWS: Final = 100_000
-#: zstd level of an import's small-profile file: 19, though 15 writes the legacy ResNet's 80k
-#: events in 0.22 s of CPU against 1.02 s (DLRM: 0.10 s against 0.32 s): at 15, ns_resolution_trace
-#: was stored in 1/48.9 of its JSON, missing the 1/50 promise that 19 keeps (1/50.9;
-#: bench/storage.py, bench/README.md).
-IMPORT_ZSTD_LEVEL: Final = 19
+#: zstd level of an import's small-profile file. 17 writes the legacy ResNet's 80k events as fast
+#: as 15 (import 3.22 s of CPU either way, 4.30 s at 19) and keeps the 1/50 promise that 15 broke:
+#: ns_resolution_trace in 1/50.8 of its JSON at 17, 1/48.9 at 15, 1/50.9 at 19 (bench/storage.py).
+IMPORT_ZSTD_LEVEL: Final = 17
 
 
 def new_profile_id() -> str:
