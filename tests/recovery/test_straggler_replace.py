@@ -6,10 +6,7 @@ on workers-1 and the spare, where its steps are as fast as the other rank's agai
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ from hyperscope.cluster.state import ClusterState
 from hyperscope.recovery import heartbeat
 from hyperscope.recovery.agent import read_log
 from tests.recovery.conftest import wait_for
-from tests.recovery.test_stragglers_slurm import SCRIPT, _finished
+from tests.recovery.test_stragglers_slurm import _finished, submit_two_rank_job
 
 pytestmark = [pytest.mark.slurm]
 pytest.importorskip("torch", reason="the job trains with PyTorch (./dev test installs it)")
@@ -35,21 +32,8 @@ def test_a_slow_node_is_replaced_after_the_next_checkpoint_and_the_job_resumes_a
     local_cluster: Callable[..., ClusterState], tmp_path: Path
 ) -> None:
     state = local_cluster(spares=1, straggler_threshold_pct=30, straggler_steps=8, straggler_action="replace")
-    stop, slow = tmp_path / "stop", tmp_path / "slow"
-    batch = tmp_path / "job.sbatch"
-    batch.write_text(
-        "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
-        f"srun {sys.executable} {SCRIPT} --stop {stop} --step-time 0.1 --slow-file {slow} --max-s 240 "
-        "--checkpoint-every 10\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HYPERSCOPE_", "SLURM_"))}
-    env["SLURM_CONF"] = state.slurm_conf
-    out = tmp_path / "job.out"
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", "-o", str(out), str(batch)], env=env, capture_output=True, text=True,
-        timeout=60, check=True,
-    )  # fmt: skip
-    job = submitted.stdout.strip().split(";")[0]
+    submitted = submit_two_rank_job(state, tmp_path, "--checkpoint-every 10")
+    job, stop, slow, out = submitted.id, submitted.stop, submitted.slow, submitted.out
     beats_dir = Path(state.shared_dir) / "hyperscope" / "heartbeats"
     slurm = Slurm(Path(state.slurm_conf))
     try:

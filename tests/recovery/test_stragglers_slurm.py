@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,34 @@ pytest.importorskip("torch", reason="the straggler test trains with PyTorch (./d
 SCRIPT = ROOT / "tests" / "data" / "ondemand" / "train_until.py"
 
 
+@dataclass(frozen=True)
+class TwoRankJob:
+    """A plain sbatch job of two ranks (one per node) running ``SCRIPT`` until ``stop`` exists;
+    a line ``NODE SECONDS`` written to ``slow`` slows the rank on that node."""
+
+    id: str
+    stop: Path
+    slow: Path
+    out: Path
+
+
+def submit_two_rank_job(state: ClusterState, tmp_path: Path, extra: str = "") -> TwoRankJob:
+    stop, slow, out = tmp_path / "stop", tmp_path / "slow", tmp_path / "job.out"
+    batch = tmp_path / "job.sbatch"
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
+        f"srun {sys.executable} {SCRIPT} --stop {stop} --step-time 0.1 --slow-file {slow} --max-s 240"
+        f"{' ' + extra if extra else ''}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HYPERSCOPE_", "SLURM_"))}
+    env["SLURM_CONF"] = state.slurm_conf
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "-o", str(out), str(batch)], env=env, capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    return TwoRankJob(submitted.stdout.strip().split(";")[0], stop, slow, out)
+
+
 def _records(state: ClusterState, kind: str, phase: str) -> list[dict[str, Any]]:
     return [r for r in read_log(Path(state.dir)) if r.get("kind") == kind and r.get("phase") == phase]
 
@@ -43,20 +72,8 @@ def test_a_slowed_node_is_found_named_profiled_and_cleared(
         straggler_profile_steps=3,
     )  # fmt: skip
     home = Path(state.dir).parents[1]
-    stop, slow = tmp_path / "stop", tmp_path / "slow"
-    batch = tmp_path / "job.sbatch"
-    batch.write_text(
-        "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
-        f"srun {sys.executable} {SCRIPT} --stop {stop} --step-time 0.1 --slow-file {slow} --max-s 240\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HYPERSCOPE_", "SLURM_"))}
-    env["SLURM_CONF"] = state.slurm_conf
-    out = tmp_path / "job.out"
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", "-o", str(out), str(batch)], env=env, capture_output=True, text=True,
-        timeout=60, check=True,
-    )  # fmt: skip
-    job_id = submitted.stdout.strip().split(";")[0]
+    submitted = submit_two_rank_job(state, tmp_path)
+    job_id, stop, slow, out = submitted.id, submitted.stop, submitted.slow, submitted.out
     beats_dir = Path(state.shared_dir) / "hyperscope" / "heartbeats"
     try:
         beats = wait_for(

@@ -7,9 +7,6 @@ says which profile is being written, and the store then holds those steps of bot
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ from hyperscope.errors import HyperscopeError
 from hyperscope.recovery import heartbeat
 from hyperscope.recovery.agent import read_log
 from tests.recovery.conftest import local_cluster, wait_for
-from tests.recovery.test_stragglers_slurm import SCRIPT, _finished
+from tests.recovery.test_stragglers_slurm import _finished, submit_two_rank_job
 from tests.ui.conftest import screenshot
 from tests.ui.harness import ui_server
 
@@ -53,20 +50,8 @@ def test_straggler_scores_and_profile_now_on_a_live_cluster(
 ) -> None:
     state = local_cluster(spares=0, straggler_threshold_pct=30, straggler_steps=8, straggler_action="notify")
     home = Path(state.dir).parents[1]
-    stop, slow = tmp_path / "stop", tmp_path / "slow"
-    batch = tmp_path / "job.sbatch"
-    batch.write_text(
-        "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
-        f"srun {sys.executable} {SCRIPT} --stop {stop} --step-time 0.1 --slow-file {slow} --max-s 240\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HYPERSCOPE_", "SLURM_"))}
-    env["SLURM_CONF"] = state.slurm_conf
-    out = tmp_path / "job.out"
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", "-o", str(out), str(batch)], env=env, capture_output=True, text=True,
-        timeout=60, check=True,
-    )  # fmt: skip
-    job = submitted.stdout.strip().split(";")[0]
+    submitted = submit_two_rank_job(state, tmp_path)
+    job, stop, slow, out = submitted.id, submitted.stop, submitted.slow, submitted.out
     beats_dir = jobs.heartbeat_dir(state)
     try:
         beats = wait_for(
