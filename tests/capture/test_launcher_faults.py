@@ -147,3 +147,23 @@ def test_a_crash_still_fails_the_job(tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGSEGV
     job, rank, message = _rank(home, "crash")
     assert job is JobStatus.FAILED and rank is RankStatus.FAILED and "signal 11" in message
+
+
+def test_a_launcher_started_with_sigint_ignored_still_stops_the_training_on_it(tmp_path: Path) -> None:
+    """A non-interactive shell's ``cmd &`` starts the launcher with SIGINT ignored, and the
+    training inherited that: the forwarded SIGINT did nothing and the job ran to Completed."""
+    home = tmp_path / "home"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the launcher, as from `&`
+    try:
+        proc = start(home, "bg", steps=100_000, logs=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        _started(home)
+        proc.send_signal(signal.SIGINT)
+        _, err = finish(proc, tmp_path)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    job, rank, message = _rank(home, "bg")
+    assert job is JobStatus.STOPPED and rank is RankStatus.STOPPED, (job, rank, message)

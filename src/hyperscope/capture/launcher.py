@@ -78,6 +78,7 @@ def run(command: Sequence[str], config: ProfilerConfig) -> LaunchResult:
     off = _cannot_store(home)
     run_id = uuid.uuid4().hex
     env = launch_env(config, run_id) if not off else None
+    _unignore_stop_signals()
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as exc:
@@ -109,6 +110,15 @@ def precompute(home: Path, job: str, profile_id: str) -> str:
         f"precomputing the dashboard and timeline for the UI {how}{why}; the profile is stored, "
         "the UI computes them at the first look"
     )
+
+
+def _unignore_stop_signals() -> None:
+    """SIGTERM and SIGINT back to their defaults where the launcher was started ignoring them (a
+    non-interactive shell's ``cmd &`` ignores SIGINT): the training inherits what is ignored, and
+    would not stop on the signals the launcher forwards to it (it ran to its end, Completed)."""
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def _wait_forwarding(child: subprocess.Popen[bytes]) -> tuple[int, list[int]]:
