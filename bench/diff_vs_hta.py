@@ -223,6 +223,7 @@ def speed(events: int, hta_events: int, repeats: int) -> dict[str, Any]:
         "big_computed_runs_s": [r.wall_s for r in ranks],
         "big_computed_runs_cpu_s": [r.payload["cpu_s"] for r in ranks],
         "same_answer": True,
+        "answer_digest": hs_big.payload["digest"],
         "small_events_hyperscope": hs_small.payload["events"],
         "small_events_hta": hta.payload["events"],
         "small_hyperscope_s": hs_small.wall_s,
