@@ -3,6 +3,7 @@ stores the same steps, in the same files, as the full path does."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +58,7 @@ def test_every_step_is_recorded_back_to_back_by_the_thread_that_marked_it(tmp_pa
     assert {r[1] for r in rows} == {threading.get_native_id()}
     assert all(r[3] >= 0 for r in rows)
     # each step begins where the one before ended: no gap, no overlap
-    assert all(a[2] + a[3] == b[2] for a, b in zip(rows, rows[1:], strict=False))
+    assert all(a[2] + a[3] == b[2] for a, b in itertools.pairwise(rows))
     assert [r[4] for r in rows] == [f'{{"step":{i}}}' for i in range(25)]
     notes = query(tmp_path, "fast", "SELECT name, args FROM events WHERE kind = 'annotation' ORDER BY ts_ns")
     assert notes == [("work 3", '{"step":3}'), ("work 17", '{"step":17}')]

@@ -32,7 +32,6 @@ from hyperscope.store.store import default_home
 log = logging.getLogger("hyperscope.capture")
 
 
-
 class Session:
     """One process's capture.
 
