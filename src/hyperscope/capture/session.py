@@ -334,7 +334,7 @@ class Session:
             left = wanted.stop - 1 - step  # steps step+1 .. stop-1 are recorded, stop ends it
         else:
             return
-        if self._kineto is not None and self._events_per_step is None:
+        if self._first_window_short and self._events_per_step is None:
             return  # the first window flushes after one step, to learn the events' rate
         if self._events_per_step:
             fit = int(config.max_buffered_events / self._events_per_step)
@@ -352,6 +352,11 @@ class Session:
         if left > 0 and now < until:
             self._fast_left, self._fast_until_ns = left, until
             self._fast_from = (step, now, threading.get_native_id())
+
+    @property
+    def _first_window_short(self) -> bool:
+        """Whether the first window of the framework's profiler ends after one step (Kineto's)."""
+        return self._kineto is not None and not self._kineto.rows_on_writer
 
     def _steps_in_runs(self) -> int:
         return sum(len(ends) for *_, ends in self._step_runs)
@@ -404,8 +409,10 @@ class Session:
             (self._steps_since_flush >= self.config.flush_every_steps and since >= self._min_gap_ns)
             or since >= self.config.flush_every_s * 1e9
             # Kineto's buffers grow with events: bounded by the rate seen in the last window (the
-            # first file comes after one step, to learn that rate)
-            or (self._kineto is not None and self._steps_since_flush >= 1 and self._events_per_step is None)
+            # first file comes after one step, to learn that rate; not with TF's and JAX's
+            # profilers, whose restart costs 5-150 ms of the training thread: their first window
+            # ends at the first flush the steps and seconds call for)
+            or (self._first_window_short and self._steps_since_flush >= 1 and self._events_per_step is None)
             or (self._events_per_step or 0) * self._steps_since_flush >= self.config.max_buffered_events
         )
         if self.recording and (not want or (due and may_flush)):

@@ -344,6 +344,11 @@ def read_rows(path: Path, *, host_pid: int = 0) -> pa.Table:
         data = path.read_bytes()
     except OSError as exc:
         raise TraceFormatError(path, f"cannot be read: {exc.strerror}") from None
+    return rows_of(data, path, host_pid=host_pid)
+
+
+def rows_of(data: bytes, path: Path, *, host_pid: int = 0) -> pa.Table:
+    """A serialized XSpace as raw rows (``path`` names where it came from in errors)."""
     planes = parse_xspace(data, path)
     if not any(p.name.startswith("/host:") or _DEVICE_PLANE.match(p.name) for p in planes):
         raise TraceFormatError(path, "holds no host or device plane: not an XPlane profile")
