@@ -47,6 +47,7 @@ from hyperscope.cluster.state import (
     cluster_lock,
     clusters_dir,
     start_time,
+    updating_now,
 )
 from hyperscope.errors import HyperscopeError
 from hyperscope.recovery import act, calm, heartbeat
@@ -247,8 +248,8 @@ class Agent:
         is started again (slurmctld recovers its jobs from its saved state), so a killed slurmctld
         does not leave the cluster unable to schedule or to finish its jobs."""
         dead = [p for p in state.procs if p.role in ("munged", "slurmctld", BACKUP_CTLD) and not alive(p)]
-        if not dead or state.provider != "local":
-            return []
+        if not dead or state.provider != "local" or state.controller in updating_now(state):
+            return []  # (a `cluster update` restarting slurmctld with a new node list: its own)
         dead.sort(key=lambda p: p.role != "munged")
         (action,) = decide_daemons([(p.role, p.pid) for p in dead])
         base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": None}
@@ -346,9 +347,10 @@ class Agent:
     def node_views(self, state: ClusterState, live: list[Node], ops: NodeOperator) -> list[NodeView]:
         by_name = {n.name: n for n in live}
         views = []
+        updated = updating_now(state)  # drained, restarted or made by a `cluster update`: its own
         for n in state.nodes:
             s = by_name.get(n.name)
-            if s is None or n.name in self.acting:
+            if s is None or n.name in self.acting or n.name in updated:
                 continue
             if n.status == "NeedsHardware" and s.available:
                 self._ticket_closed(n.name, s)
