@@ -3,8 +3,10 @@ cluster (real slurmctld and slurmds) grown, shrunk and updated while a job runs 
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,8 +20,8 @@ from hyperscope.cli.main import app
 from hyperscope.cluster import manage, nodeops
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import load_spec
-from hyperscope.cluster.state import ClusterState, NodeState, alive
-from hyperscope.cluster.update import plan_update
+from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, alive, start_time, updating_now
+from hyperscope.cluster.update import Updating, plan_update
 from hyperscope.recovery.agent import read_log
 from tests.cluster.conftest import EXAMPLE_LIFECYCLE
 
@@ -251,4 +253,37 @@ def test_a_node_that_dies_during_a_software_update_of_another_is_recovered_by_th
         ]  # fmt: skip
     finally:
         (shared / "go").touch()
+        for log in [cdir / "log" / "slurmctld.log", cdir / "agent.log"]:
+            print(log, log.read_text()[-3000:] if log.is_file() else "(none)")  # shown when it fails
         manage.delete("live", home)
+
+
+def test_the_nodes_an_update_publishes_count_only_while_that_update_runs(tmp_path: Path) -> None:
+    """What the agent skips (``updating_now``) is the published list of a live update only; a
+    killed update's list is ignored, and the next update takes over its Updating status."""
+    home = tmp_path / "home"
+    d = home / "clusters" / "u"
+    d.mkdir(parents=True)
+    state = _state([("workers", "workers-1", False), ("workers", "workers-2", False)])
+    state.dir = str(d)
+    state.status, state.updating = "Updating", ["workers-1"]
+    state.update_pid, state.update_start = os.getpid(), start_time(os.getpid()) or 0
+    assert updating_now(state) == {"workers-1"}
+    state.save()
+    with pytest.raises(ClusterError, match="another update runs"):
+        Updating(home, "u", None).__enter__()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state.update_pid = dead.pid  # gone: its list no longer holds the agent back
+    assert updating_now(state) == set()
+    state.save()
+    with Updating(home, "u", None) as up:
+        assert up.state.update_pid == os.getpid() and up.state.updating == []
+        up.act_on(["workers-2"])
+        assert updating_now(ClusterState.load(d)) == {"workers-2"}
+    after = ClusterState.load(d)
+    assert (after.status, after.update_pid, after.updating) == ("InService", 0, [])
+    after.node("workers-1").status = "Replacing"  # the agent at work: an update waits its turn
+    after.save()
+    with pytest.raises(ClusterError, match=r"is InService \(the agent is recovering workers-1\)"):
+        Updating(home, "u", None).__enter__()

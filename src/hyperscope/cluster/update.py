@@ -1,51 +1,40 @@
-"""``hyperscope cluster update`` and ``update-software`` on a live local cluster, as HyperPod's
-UpdateCluster and UpdateClusterSoftware: change group counts, add or remove groups, or run the
-lifecycle script's update step node by node, without stopping a running job.
+"""``hyperscope cluster update`` and ``update-software``, as HyperPod's UpdateCluster and
+UpdateClusterSoftware: change group counts, add or remove groups, or run the lifecycle script's
+update step node by node, without stopping a running job. Here: the plan and the local provider;
+the ssh and existing providers' steps are in :mod:`hyperscope.cluster.update_ssh`.
 
 What changes is decided first, as data (:func:`plan_update`, pure): spares promoted before new
 nodes are made, idle nodes removed before busy ones, and what an update cannot change (the
 controller, Slurm's settings, a group's GPUs, the shared folder) refused up front with the key
 that differs. Applying it drains the nodes that go, waits for their jobs, and restarts slurmctld
 (Slurm 22.05 learns a changed node list only at a restart; running jobs go on, recovered from its
-saved state) and then ``scontrol reconfigure`` for the slurmds. The agent is stopped meanwhile
-(status Updating, which its watchdog leaves alone) so it takes neither a drained nor a new node for
-a failure, and started again at the end.
+saved state) and then ``scontrol reconfigure`` for the slurmds. The agent keeps running: the
+update publishes the nodes it acts on (:class:`~hyperscope.cluster.updating.Updating`) and the
+agent leaves only those alone, so a node that fails elsewhere meanwhile is still recovered.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperscope.cluster import conf, hooks, jobs
+from hyperscope.cluster import conf, hooks
 from hyperscope.cluster.local import BACKUP, LocalProvider, free_ports, spec_digest
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import ClusterSpec, load_spec
-from hyperscope.cluster.state import (
-    ClusterError,
-    ClusterState,
-    NodeState,
-    Progress,
-    cluster_lock,
-    clusters_dir,
-    start_time,
-    stop,
-    update_running,
+from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Progress, clusters_dir, stop
+from hyperscope.cluster.updating import (
+    REMOVING,
+    Updating,
+    busy_nodes,
+    drain,
+    in_batches,
+    wait_drained,
+    wait_until,
 )
 from hyperscope.errors import HyperscopeError
-
-#: the reason on a node drained by an update, so an operator's ``sinfo -R`` says why; not
-#: "hyperscope: ..." (the health check's prefix, which the agent acts on): a node left drained by
-#: an update that gave up is the operator's to resume
-REMOVING = "Removed by cluster update"
-UPDATING = "Software update (cluster update-software)"
-#: how long an update waits for the agent to finish a recovery it began on a node the update wants
-AGENT_WAIT_S = 900.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,87 +124,6 @@ def saved_spec(state: ClusterState) -> ClusterSpec | None:
         return None
 
 
-def _wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise ClusterError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.5)
-
-
-def _busy(slurm: Slurm, nodes: Collection[str]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for j in slurm.jobs():
-        if j.state in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED") and j.nodes:
-            for n in jobs.expand_hostlist(j.nodes):
-                if n in nodes:
-                    out.setdefault(n, []).append(j.id)
-    return out
-
-
-class Updating:
-    """Status Updating for as long as the block runs, with this command recorded as the update (its
-    pid and start time) and the nodes it acts on published (:meth:`act_on`): the agent keeps
-    running and recovering every other node, and leaves those alone. Every change to the state is
-    made on a fresh copy under the cluster's lock (:meth:`edit`), so what the agent records
-    meanwhile is kept. InService again at the end, also when the update failed (the cluster still
-    runs), and the agent started again if it died meanwhile."""
-
-    def __init__(self, home: Path, name: str, start_agent: Callable[[ClusterState], object] | None) -> None:
-        self.home, self.name, self.start_agent = home, name, start_agent
-        self.dir = clusters_dir(home) / name
-
-    def __enter__(self) -> Updating:
-        with cluster_lock(self.home, self.name):
-            state = ClusterState.load(self.dir)
-            if (work := _recovering(state)) or (
-                state.status != "InService" and not (state.status == "Updating" and state.update_pid)
-            ):
-                why = f" (the agent is recovering {', '.join(work)})" if work else ""
-                raise ClusterError(
-                    f"cluster {self.name!r} is {state.status}{why}; an update needs it InService"
-                )
-            if update_running(state):
-                raise ClusterError(f"cluster {self.name!r}: another update runs (pid {state.update_pid})")
-            state.status, state.update_pid = "Updating", os.getpid()
-            state.update_start, state.updating = start_time(os.getpid()) or 0, []
-            state.save()
-        self.state = state
-        return self
-
-    @contextlib.contextmanager
-    def edit(self) -> Iterator[ClusterState]:
-        """The state, fresh, for one short change, saved at the end (the agent's way too)."""
-        with cluster_lock(self.home, self.name):
-            state = ClusterState.load(self.dir)
-            yield state
-            state.save()
-        self.state = state
-
-    def act_on(self, nodes: Iterable[str]) -> None:
-        """Publish the nodes the update acts on now (the agent leaves them alone); the agent may
-        have begun a recovery of one of them just before: it is waited for."""
-        with self.edit() as state:
-            state.updating = list(dict.fromkeys(nodes))
-        _wait(
-            "the agent to finish its recovery of " + ", ".join(self.state.updating),
-            lambda: not set(_recovering(ClusterState.load(self.dir))) & set(self.state.updating),
-            AGENT_WAIT_S,
-        )
-
-    def __exit__(self, *exc: object) -> None:
-        with self.edit() as state:
-            state.update_pid = state.update_start = 0
-            state.updating = []
-            state.status = "Updating" if _recovering(state) else "InService"
-            if self.start_agent is not None:
-                self.start_agent(state)  # None when it runs (it kept running: the usual case)
-
-
-def _recovering(state: ClusterState) -> list[str]:
-    return [n.name for n in state.nodes if n.status in ("Replacing", "Rebooting")]
-
-
 def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: float) -> UpdatePlan:
     """``cluster update -f SPEC`` on the spec's provider's cluster."""
     d = clusters_dir(home) / spec.name
@@ -241,7 +149,7 @@ def _update_local(
 ) -> UpdatePlan:
     state = ClusterState.load(provider.cluster_dir(spec.name))
     slurm = Slurm(Path(state.slurm_conf))
-    plan = plan_update(state, saved_spec(state), spec, _busy(slurm, {n.name for n in state.nodes}))
+    plan = plan_update(state, saved_spec(state), spec, busy_nodes(slurm, {n.name for n in state.nodes}))
     if plan.refused:
         raise ClusterError(f"cannot update {spec.name!r} in place: " + "; ".join(plan.refused))
     if plan.empty:
@@ -254,7 +162,7 @@ def _update_local(
         added = [name for _, name, _ in plan.add]
         up.act_on([*plan.remove, *plan.promote, *added])
         drain(slurm, [n for n in plan.remove if up.state.node(n).slurm], REMOVING, say)
-        _drained(slurm, sorted(gone), drain_timeout_s, "run `cluster update` again once they end")
+        wait_drained(slurm, sorted(gone), drain_timeout_s, "run `cluster update` again once they end")
         with up.edit() as state:
             stop([p for p in state.procs if p.role == "slurmd" and p.node in gone])
             state.procs = [p for p in state.procs if not (p.role == "slurmd" and p.node in gone)]
@@ -290,7 +198,7 @@ def _update_local(
                             provider.start_slurmd(state, mine, save=False)
                         mine.status, mine.since = "Running", time.time()
         wanted = {n for n in added if up.state.node(n).slurm} | set(plan.promote)
-        _wait(
+        wait_until(
             "the new nodes to be idle",
             lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
             60,
@@ -301,18 +209,6 @@ def _update_local(
             conf.keep_spec(spec, state)
             state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
     return plan
-
-
-def drain(slurm: Slurm, nodes: Collection[str], reason: str, say: Progress) -> None:
-    """Drain ``nodes`` (their jobs go on; nothing new lands there) and say which jobs hold them."""
-    for n in nodes:
-        slurm.run("scontrol", "update", f"nodename={n}", "state=drain", f"reason={reason}", check=False)
-    if held := _busy(slurm, nodes):
-        say(
-            "*",
-            "waiting for the jobs on "
-            + ", ".join(f"{n} ({', '.join(map(str, j))})" for n, j in held.items()),
-        )
 
 
 def _ports(spec: ClusterSpec, state: ClusterState, n: int) -> list[int]:
@@ -365,74 +261,3 @@ def _software_local(
     agent = provider.start_agent if spec.recovery.agent else None
     with Updating(provider.home, name, agent) as up:
         return in_batches(up, slurm, say, step, restart, batch=batch, drain_timeout_s=drain_timeout_s)
-
-
-def in_batches(
-    up: Updating,
-    slurm: Slurm,
-    say: Progress,
-    step: Callable[[NodeState], None],
-    restart: Callable[[ClusterState, NodeState], None] | None,
-    *,
-    batch: int,
-    drain_timeout_s: float,
-) -> list[str]:
-    """The update step on the nodes without a slurmd, then on the Slurm nodes ``batch`` at a time,
-    each batch published (the agent leaves it alone), drained, its jobs waited for, updated,
-    ``restart``-ed (a new slurmd, recorded under the lock) and resumed once it registered. A failed
-    node stays drained with a reason of its own and the update stops there."""
-    done: list[str] = []
-    for node in [n for n in up.state.nodes if not n.slurm]:
-        up.act_on([node.name])
-        say(node.name, "running the update step")
-        step(node)
-        done.append(node.name)
-    workers = [n.name for n in up.state.nodes if n.slurm]
-    for i in range(0, len(workers), batch):
-        group = workers[i : i + batch]
-        up.act_on(group)
-        drain(slurm, group, UPDATING, say)
-        _drained(slurm, group, drain_timeout_s, "run `cluster update-software` again once they end")
-        for n in group:
-            node = up.state.node(n)
-            say(n, "running the update step")
-            try:
-                step(node)
-            except ClusterError as exc:  # the node's own reason: neither the agent nor we resume it
-                why = f"Software update failed: {str(exc).splitlines()[0]}"[:200]
-                slurm.run("scontrol", "update", f"nodename={n}", "state=drain", f"reason={why}", check=False)
-                with up.edit() as state:
-                    mine = state.node(n)
-                    mine.output, mine.status, mine.since = node.output, "Failed", time.time()
-                raise
-            with up.edit() as state:
-                mine = state.node(n)
-                if restart is not None:
-                    restart(state, mine)
-                mine.output, mine.status, mine.since = node.output, "Running", time.time()
-        _wait(f"{', '.join(group)} to register again", functools.partial(_back, slurm, group), 120)
-        for n in group:
-            slurm.run("scontrol", "update", f"nodename={n}", "state=resume", check=False)
-            say(n, "updated and resumed")
-            done.append(n)
-    up.act_on([])
-    return done
-
-
-def _drained(slurm: Slurm, nodes: list[str], timeout: float, then: str) -> None:
-    """Wait for the jobs on drained ``nodes`` to end; past ``timeout`` say which jobs hold them."""
-    try:
-        _wait(f"the jobs on {', '.join(nodes)} to end", lambda: not _busy(slurm, nodes), timeout)
-    except ClusterError:
-        held = _busy(slurm, nodes)
-        jobs_ = ", ".join(f"{n}: job {', '.join(map(str, j))}" for n, j in held.items())
-        raise ClusterError(
-            f"jobs still run after {timeout:g} s ({jobs_}); those nodes stay drained: {then}, or "
-            f"`scontrol update nodename={','.join(held)} state=resume` to give up the change"
-        ) from None
-
-
-def _back(slurm: Slurm, nodes: list[str]) -> bool:
-    """Registered again after a slurmd restart: answering, not DOWN."""
-    up = {x.name for x in slurm.nodes() if x.state != "DOWN" and "NOT_RESPONDING" not in x.flags}
-    return set(nodes) <= up

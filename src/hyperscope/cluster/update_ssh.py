@@ -32,18 +32,16 @@ from hyperscope.cluster.spec import ClusterSpec, load_spec
 from hyperscope.cluster.ssh import Hosts, run_on_create, settings, slurm_for, start_command, stop_command
 from hyperscope.cluster.ssh_nodes import SshOperator, node_stop_command
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, Progress, clusters_dir
-from hyperscope.cluster.update import (
+from hyperscope.cluster.update import UpdatePlan, plan_update, saved_spec
+from hyperscope.cluster.updating import (
     REMOVING,
     UPDATING,
-    UpdatePlan,
     Updating,
-    _busy,
-    _drained,
-    _wait,
+    busy_nodes,
     drain,
     in_batches,
-    plan_update,
-    saved_spec,
+    wait_drained,
+    wait_until,
 )
 
 
@@ -71,7 +69,7 @@ def place(state: ClusterState, spec: ClusterSpec, plan: UpdatePlan) -> tuple[dic
 def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: float) -> UpdatePlan:
     state = ClusterState.load(clusters_dir(home) / spec.name)
     slurm = slurm_for(state)
-    plan = plan_update(state, saved_spec(state), spec, _busy(slurm, {n.name for n in state.nodes}))
+    plan = plan_update(state, saved_spec(state), spec, busy_nodes(slurm, {n.name for n in state.nodes}))
     placed, unplaced = place(state, spec, plan)
     if refused := (*plan.refused, *unplaced):
         raise ClusterError(f"cannot update {spec.name!r} in place: " + "; ".join(refused))
@@ -85,7 +83,7 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
         gone, added = set(plan.remove), [name for _, name, _ in plan.add]
         up.act_on([*plan.remove, *plan.promote, *added])
         drain(slurm, [n for n in plan.remove if up.state.node(n).slurm], REMOVING, say)
-        _drained(slurm, sorted(gone), drain_timeout_s, "run `cluster update` again once they end")
+        wait_drained(slurm, sorted(gone), drain_timeout_s, "run `cluster update` again once they end")
         for name in plan.remove:
             node = up.state.node(name)
             mine = [p for p in up.state.procs if p.node == name]
@@ -119,7 +117,7 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
             pid, start = hosts.run(ctld.host, start_command(root, "slurmctld.out", argv)).split()
             state.procs = [p for p in state.procs if p not in old]
             state.procs.append(Proc("slurmctld", int(pid), int(start), "", ctld.host))
-        _wait(f"slurmctld on {ctld.host} to answer", lambda: _pings(slurm), 60)
+        wait_until(f"slurmctld on {ctld.host} to answer", lambda: _pings(slurm), 60)
         slurm.run("scontrol", "reconfigure", check=False)
         up.act_on([*plan.promote, *added])
         gpus = {g.name: g.gpus_per_node for g in spec.groups}
@@ -137,7 +135,7 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
                 state.procs += procs
                 state.node(name).status = "Running"
         wanted = {n for n in added if up.state.node(n).slurm} | set(plan.promote)
-        _wait(
+        wait_until(
             "the new nodes to be idle",
             lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
             60,

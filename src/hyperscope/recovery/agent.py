@@ -144,6 +144,8 @@ class Agent:
     #: was first named, and the passive decision last logged per node
     straggler_seen: dict[tuple[str, int, str], float] = field(default_factory=dict)
     straggler_noted: dict[str, str] = field(default_factory=dict)
+    #: the nodes a `cluster update` acted on at the last pass (``updating_now``)
+    was_updating: set[str] = field(default_factory=set)
     _cached: tuple[tuple[int, int, int], ClusterState] | None = None
     _recovery: RecoverySettings | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock)
@@ -348,6 +350,9 @@ class Agent:
         by_name = {n.name: n for n in live}
         views = []
         updated = updating_now(state)  # drained, restarted or made by a `cluster update`: its own
+        for back in self.was_updating - updated:  # just handed back, its slurmd new: as after ours
+            self.settling[back] = self.clock() + act.SETTLE_S
+        self.was_updating = updated
         for n in state.nodes:
             s = by_name.get(n.name)
             if s is None or n.name in self.acting or n.name in updated:
