@@ -4,6 +4,7 @@ kernels are no compute precision, and the "(all N kernels)" bar knows its shorte
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -293,3 +294,28 @@ def test_top_k_at_40_keeps_every_label_and_the_names_apart(page: Any, h200: Serv
             arg=[tip, str(names_[i]), str(names_[last if i != last else last - 1])],
             timeout=TIMEOUT_MS,
         )
+
+
+@pytest.fixture(scope="module")
+def straggling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """4 generated ranks; rank 3's communication kernels taken out, so the others wait for it."""
+    root = tmp_path_factory.mktemp("ui-straggler")
+    files = write_job(root / "t", SynthSpec(ranks=4, steps=4, ops_per_step=10))
+    doc = json.loads(files[3].read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("nccl")]
+    files[3].write_text(json.dumps(doc))
+    with Store(root / "home") as store:
+        store.import_traces(files, "straggling")
+    yield from _serve(root / "home", "straggling", 4)
+
+
+def test_why_a_rank_is_a_straggler_is_on_the_page(page: Any, straggling: Served) -> None:
+    flagged = [r for r in straggling.expected["ranks"]["rows"] if r["straggler"]]
+    assert [r["rank"] for r in flagged] == [3] and "least communication time" in flagged[0]["reason"]
+    open_jobs(page, straggling.url)
+    load_job(page, straggling.job)
+    rows = page.eval_on_selector_all(
+        "[data-chart='stragglers'] tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert len(rows) == 1 and rows[0][0] == "3"
+    assert rows[0][-1] == flagged[0]["reason"]  # the why, written out, not in a tooltip
