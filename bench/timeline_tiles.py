@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -54,6 +55,7 @@ import numpy as np
 from hyperscope import timeline as tl
 from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
 from hyperscope.store.chrome import export_chrome
+from hyperscope.store.profile import Profile
 from hyperscope.timeline import _blocks
 
 KERNELS = 40
@@ -73,14 +75,24 @@ def json_bytes_per_event(root: Path) -> float:
     return sum(f.stat().st_size for f in files) / profile.meta.events
 
 
-def run(millions: float, width: int, positions: int, root: Path) -> dict[str, Any]:
+def run(
+    millions: float, width: int, positions: int, root: Path, keep: Path | None = None, npy_compare: bool = True
+) -> dict[str, Any]:
     # stored whatever its size (below STORE_MIN_EVENTS a server holds the index in memory): the
     # blocks are what is measured
     os.environ.setdefault("HYPERSCOPE_TIMELINE_STORE_MIN", "0")
     per_step = spec(1).events_per_rank * RANKS
     steps = max(1, round(millions * 1e6 / per_step))
     started = time.perf_counter()
-    profile = write_profile(root / f"p{millions:g}", spec(steps))
+    where = root / f"p{millions:g}"
+    if keep is not None and (keep / where.name).is_dir():  # written by an earlier run: reused
+        shutil.rmtree(where, ignore_errors=True)
+        shutil.copytree(keep / where.name, where, ignore=shutil.ignore_patterns("derived"))
+        profile = Profile.open(where)
+    else:
+        profile = write_profile(where, spec(steps))
+        if keep is not None:
+            shutil.copytree(where, keep / where.name)
     generate_s = time.perf_counter() - started
     events = profile.meta.events
     started = time.perf_counter()
@@ -89,14 +101,16 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
     where = tl.index.index_dir(profile)
     index_bytes = sum(p.stat().st_size for p in where.iterdir())
     parquet_bytes = sum(p.stat().st_size for p in (profile.path / "events").iterdir())
-    started = time.perf_counter()
-    npy_dir = root / f"npy{millions:g}"
-    npy_dir.mkdir()
-    tl.index.build(profile, npy_dir)
-    npy_s = time.perf_counter() - started
-    npy_bytes = sum(p.stat().st_size for p in npy_dir.iterdir())
-    npy = tl.index._read(npy_dir)
-    assert npy is not None
+    npy_s, npy_bytes, npy = 0.0, 0, None
+    if npy_compare:
+        started = time.perf_counter()
+        npy_dir = root / f"npy{millions:g}"
+        npy_dir.mkdir()
+        tl.index.build(profile, npy_dir)
+        npy_s = time.perf_counter() - started
+        npy_bytes = sum(p.stat().st_size for p in npy_dir.iterdir())
+        npy = tl.index._read(npy_dir)
+        assert npy is not None
     rows = [r.id for r in index.rows]
     ts = np.asarray(index.ts)
     lo = int(ts.min())
@@ -125,6 +139,8 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
             sizes.append(len(payload))
             evs.append(len(t.ts))
             bins.append(len(t.bin_col))
+            if npy is None:
+                continue
             t_start, c_start = time.perf_counter(), time.process_time()
             same = tl.encode(tl.tile(npy, rows, t0, t0 + s, width))
             old.append((time.perf_counter() - t_start) * 1e3)
@@ -137,9 +153,9 @@ def run(millions: float, width: int, positions: int, root: Path) -> dict[str, An
                 "median_ms": statistics.median(times),
                 "max_ms": max(times),
                 "cpu_median_ms": statistics.median(cpus),
-                "npy_median_ms": statistics.median(old),
-                "npy_max_ms": max(old),
-                "npy_cpu_median_ms": statistics.median(old_cpu),
+                "npy_median_ms": statistics.median(old) if old else None,
+                "npy_max_ms": max(old) if old else None,
+                "npy_cpu_median_ms": statistics.median(old_cpu) if old_cpu else None,
                 "max_bytes": max(sizes),
                 "events": max(evs),
                 "bins": max(bins),
@@ -315,13 +331,22 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1600)
     parser.add_argument("--positions", type=int, default=5)
     parser.add_argument("--browser", action="store_true", help="also first paint and frame times (chromium)")
+    parser.add_argument(
+        "--keep", type=Path, help="keep the generated profiles in this folder and reuse them in later runs"
+    )
+    parser.add_argument(
+        "--npy-max", type=float, default=10.0,
+        help="millions of events up to which the plain .npy layout is built and asked the same tiles",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hyperscope-bench-timeline-") as tmp:
         root = Path(tmp)
         bpe = json_bytes_per_event(root)
         results = []
         for m in args.events:
-            r = run(m, args.width, args.positions, root)
+            r = run(m, args.width, args.positions, root, args.keep, m <= args.npy_max)
             r["kineto_json_bytes_est"] = r["events"] * bpe
             results.append(r)
             print(
@@ -355,9 +380,9 @@ def main() -> None:
                         round(t["median_ms"], 1),
                         round(t["max_ms"], 1),
                         round(t["cpu_median_ms"], 1),
-                        round(t["npy_median_ms"], 1),
-                        round(t["npy_max_ms"], 1),
-                        round(t["npy_cpu_median_ms"], 1),
+                        _ms(t["npy_median_ms"]),
+                        _ms(t["npy_max_ms"]),
+                        _ms(t["npy_cpu_median_ms"]),
                         round(t["max_bytes"] / 1e3),
                         t["events"],
                         t["bins"],
@@ -414,6 +439,10 @@ def print_browser(b: dict[str, Any]) -> None:
          "worst", "≤ 16 ms"],
         rows,
     )  # fmt: skip
+
+
+def _ms(v: float | None) -> float | str:
+    return "-" if v is None else round(v, 1)
 
 
 def tl_fmt(ns: int) -> str:
