@@ -28,7 +28,6 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,14 +47,8 @@ WHOLE: Final = -1
 #: a read missing this many blocks decodes half of them in a second thread (a whole-run tile
 #: decodes every block of the start times and running sums: at 10M events, twenty million entries)
 PARALLEL: Final = 16
-_POOL: list[ThreadPoolExecutor] = []
-
-
-def _pool() -> ThreadPoolExecutor:
-    with _IDS_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="hyperscope-timeline-decode"))
-        return _POOL[0]
+#: blocks decoded per hold of a column's lock
+FILL: Final = 32
 
 
 class _Arena:
@@ -235,9 +228,15 @@ class BlockColumn:
         return found
 
     def _fill(self, arena: _Arena, blocks: npt.NDArray[np.intp]) -> None:
-        """Decode into ``arena`` those of ``blocks`` it lacks (one thread at a time per column; a
-        block kept from before the column fitted is copied, not decoded again)."""
-        if bool(arena.filled[blocks].all()):
+        """Decode into ``arena`` those of ``blocks`` it lacks (a block kept from before the column
+        fitted is copied, not decoded again). One thread at a time per column, ``FILL`` blocks at a
+        time: a tile needing a few blocks waits for a chunk, not for another reader's whole pass."""
+        need = blocks[~arena.filled[blocks]]
+        for start in range(0, len(need), FILL):
+            self._fill_some(arena, need[start : start + FILL])
+
+    def _fill_some(self, arena: _Arena, blocks: npt.NDArray[np.intp]) -> None:
+        if not len(blocks):
             return
         with self._whole_lock:
             missing = [int(k) for k in blocks[~arena.filled[blocks]]]
@@ -254,10 +253,18 @@ class BlockColumn:
                         pieces[k] = memoryview(fh.read(int(self._dir[k, 1])))
             if len(missing) >= PARALLEL:  # half on a second core (zstd and numpy let go of the GIL)
                 half = len(missing) // 2
-                other = _pool().submit(self._decode_into, arena, missing[half:], pieces)
+                other: list[tuple[int, bool]] = []
+                helper = threading.Thread(
+                    target=lambda: other.append(self._decode_into(arena, missing[half:], pieces)),
+                    name="hyperscope-timeline-decode",
+                    daemon=True,
+                )
+                helper.start()
                 added, copied = self._decode_into(arena, missing[:half], pieces)
-                more, also = other.result()
-                added, copied = added + more, copied or also
+                helper.join()
+                if not other:
+                    raise RuntimeError(f"{self._path}: blocks {missing[half]}.. were not decoded")
+                added, copied = added + other[0][0], copied or other[0][1]
             else:
                 added, copied = self._decode_into(arena, missing, pieces)
             arena.count += added
