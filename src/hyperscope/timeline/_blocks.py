@@ -25,6 +25,7 @@ block by block.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -60,7 +61,11 @@ class _Arena:
     __slots__ = ("count", "filled", "ro", "values")
 
     def __init__(self, n: int, dtype: np.dtype[Any], blocks: int) -> None:
-        self.values = np.empty(n, dtype=dtype)  # pages are only taken where blocks are written
+        # anonymous memory of its own, in plain pages taken only where blocks are written: numpy
+        # asks the kernel for huge pages for large arrays, whose first touch may stop to compact
+        # memory (a fresh server's first whole-run tile: 259 ms of CPU, 199 of them in the kernel,
+        # against 76 ms with plain pages, on this loaded machine)
+        self.values = np.frombuffer(mmap.mmap(-1, max(1, n * dtype.itemsize)), dtype=dtype, count=n)
         self.ro = self.values.view()
         self.ro.setflags(write=False)
         self.filled = np.zeros(blocks, dtype=np.bool_)
