@@ -18,6 +18,7 @@ import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect }
 import { state } from "./state";
 import { exportShown, linkedView, saveLink } from "./link";
 import { rangeSelection } from "./range";
+import { COLL_COLOR, collectiveMarks, COLLECTIVES_SHOWN, isCollective, LAST_COLOR, renderCollective } from "./collective";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -31,6 +32,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     status.title = text;
   };
   const arrowsBox = h("input", { id: "tl-all-arrows", type: "checkbox" });
+  const collBox = h("input", { id: "tl-all-collectives", type: "checkbox" });
   const details = h("div", { id: "tl-details", class: "tl-details" }, h("p", { class: "muted" }, "Click an event."));
   const wrap = h("div", { class: "tl-canvas-wrap" }, canvas);
   const body = h("div", { class: "tl-body" }, wrap, details);
@@ -52,6 +54,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       h("button", { id: "tl-next", type: "button", onclick: () => jumpMatch(1) }, "▶"),
       searchInfo,
       h("label", { class: "field" }, arrowsBox, "all arrows"),
+      h("label", { class: "field", title: `Every collective with a kernel in view (the first ${COLLECTIVES_SHOWN}): arrows from each rank's kernel to the last rank's, which is outlined` }, collBox, "all collectives"),
       h("button", { id: "tl-fit", type: "button", onclick: () => fit() }, "Fit (F)"),
       h("button", { id: "tl-export", type: "button", class: "secondary", title: "Download the window shown (the whole profile when all of it is shown) as Chrome-trace JSON: one rank's file, or a ZIP of one file per rank", onclick: () => exportShown() }, "Export"),
       h("span", { class: "muted tl-keys" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll · Esc deselect"),
@@ -197,7 +200,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const f = frame();
     let kind = "none";
     state.arrows = arrows(f);
-    lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
+    const coll = collectiveMarks(f, shown, parentOf, collectivesShown(), rel);
+    state.collArrows = coll.arrows;
+    state.lastMarks = coll.marks;
+    const extra = { ...coll, color: COLL_COLOR, lastColor: LAST_COLOR };
+    lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows, extra);
     ranges.overlay(ctx);
     const ms = performance.now() - started;
     state.drawMs.push(ms);
@@ -206,6 +213,16 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       const seen = state.tile ? visibleEvents(state.tile, state.t0, state.t1) : { events: 0, merged: 0 };
       state.frameLog.push({ ms, kind, t0: state.t0, t1: state.t1, ...seen });
     }
+  }
+
+  /** The selected collective, and with "all collectives" every one in view (each once). */
+  function collectivesShown(): import("./data").TlCollective[] {
+    const out = state.collective ? [state.collective] : [];
+    if (!state.allCollectives) return out;
+    const key = (c: { collective: string; seq: number }): string => `${c.collective}#${c.seq}`;
+    const seen = new Set(out.map(key));
+    for (const c of state.collectives) if (!seen.has(key(c))) seen.add(key(c)), out.push(c);
+    return out;
   }
 
   let raf = 0;
@@ -243,8 +260,14 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.tiles += 1;
       const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
       setStatus(`${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`);
-      if (state.allArrows) {
-        state.flows = (await api.getFlows(state.profile, ids, state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1)))).flows;
+      const [a, b] = [state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1))];
+      if (state.allArrows) state.flows = (await api.getFlows(state.profile, ids, a, b)).flows;
+      if (state.allCollectives) {
+        const c = await api.getCollectives(state.profile, rows, a, b, COLLECTIVES_SHOWN);
+        if (ticket !== pending) return;
+        state.collectives = c.instances;
+        state.collectivesTotal = c.total;
+        if (c.total > 0) setStatus(`${status.textContent ?? ""}, ${c.truncated ? `the first ${c.instances.length} of ` : ""}${c.total.toLocaleString()} collectives`);
       }
     } catch (err) {
       if ((err as Error).name !== "AbortError") showError(err);
@@ -326,7 +349,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   async function select(id: number, jump = false, row?: string, instants = 0): Promise<void> {
     if (!state.profile) return;
     try {
-      state.selected = await api.getEvent(state.profile, id, row);
+      const got = await api.getEvent(state.profile, id, row);
+      // a collective's kernel: the same collective on every rank, asked before it is shown
+      const coll = isCollective(got.fields.kind, got.fields.name) ? (await api.getCollective(state.profile, id, got.row ?? row)).instance : null;
+      state.selected = got;
+      state.collective = coll;
       state.selectedInstants = instants;
     } catch (err) {
       showError(err);
@@ -348,6 +375,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   function deselect(): void {
     if (!state.selected) return;
     state.selected = null;
+    state.collective = null;
     state.selectedInstants = 0;
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     redraw();
@@ -374,7 +402,19 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
 
   function showDetails(tab: "details" | "connections"): void {
     const d = state.selected;
-    if (d) renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
+    if (!d) return;
+    renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
+    const c = state.collective;
+    if (c) details.insertBefore(renderCollective(c, rel, (e) => void select(e.id, true, e.row), () => showEveryRank(c)), details.children[1] ?? null);
+  }
+
+  /** Opens the rows of a collective's kernel on every rank (the selected one kept in view). */
+  function showEveryRank(c: import("./data").TlCollective): void {
+    for (const e of c.events) reveal(e.row);
+    if (state.selected?.row) reveal(state.selected.row);
+    redraw();
+    refetch();
+    saveLink();
   }
 
   /** ``jump``: select the first match (a link that names its selection keeps that one). */
@@ -485,6 +525,12 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const b = Math.max(...steps.map((s) => rel(s.ts_ns) + s.dur_ns));
     setView(a - (b - a) * 0.02, b + (b - a) * 0.02);
   });
+  collBox.addEventListener("change", () => {
+    state.allCollectives = collBox.checked;
+    state.collectives = [];
+    state.collectivesTotal = 0;
+    void fetchTile();
+  });
   arrowsBox.addEventListener("change", () => {
     state.allArrows = arrowsBox.checked;
     state.flows = [];
@@ -506,6 +552,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.collective = null;
+    state.collectives = [];
     state.range = state.rangeStats = null;
     state.loading = false;
     state.building = null;
@@ -531,6 +579,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.collective = null;
+    state.collectives = [];
     state.range = state.rangeStats = null;
     state.open = new Set(["job"]);
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
