@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -161,26 +162,38 @@ def instance_of(index: Index, event_id: int, row_id: str | None = None) -> dict[
 
 
 def instances_in(
-    index: Index, row_ids: list[str], t0: int, t1: int, limit: int = MAX_INSTANCES
+    index: Index,
+    row_ids: list[str],
+    t0: int,
+    t1: int,
+    limit: int = MAX_INSTANCES,
+    check: Callable[[int], None] | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """The instances with a kernel overlapping ``[t0, t1)`` on one of ``row_ids``: how many, and
     the first ``limit`` by their earliest kernel in the window (each with every rank's kernel,
-    those outside the rows or the window included: the far end of an arrow)."""
+    those outside the rows or the window included: the far end of an arrow).
+
+    ``check`` is given the number of kernels the answer will hold before it is built (the
+    server's row cap raises there, before the work)."""
     table = instances(index)
     if not len(table.pos):
         return 0, []
-    wanted = {index.by_id[r].start for r in row_ids if r in index.by_id}
-    rows = [r for r in index.rows if r.start in wanted and r.side == "device"]
-    keep = np.zeros(len(table.pos), dtype=bool)
-    for info in rows:
-        keep |= (table.pos >= info.start) & (table.pos < info.stop)
-    at = np.flatnonzero(keep)
+    picked = {r: index.by_id[r] for r in row_ids if r in index.by_id}
+    spans = [(info.start, info.stop) for info in picked.values() if info.side == "device"]
+    # a row's kernels: a run of the positions sorted (rows are contiguous in the index)
+    runs = [
+        table.by_pos_at[np.searchsorted(table.by_pos, a) : np.searchsorted(table.by_pos, b)] for a, b in spans
+    ]
+    at = np.concatenate(runs) if runs else np.zeros(0, np.int64)
     ts = np.asarray(index.ts[table.pos[at]], dtype=np.int64)
     dur = np.asarray(index.dur[table.pos[at]], dtype=np.int64)
-    at, ts = at[(ts < t1) & (ts + dur >= t0)], ts[(ts < t1) & (ts + dur >= t0)]
+    inside = (ts < t1) & (ts + dur >= t0)
+    at, ts = at[inside], ts[inside]
     ks = np.searchsorted(table.first, at, side="right") - 1
     earliest: dict[int, int] = {}
     for k, t in zip(ks.tolist(), ts.tolist(), strict=True):
         earliest[k] = min(t, earliest.get(k, t))
-    chosen = sorted(earliest, key=lambda k: (earliest[k], k))
-    return len(chosen), [_answer(index, table, k) for k in chosen[:limit]]
+    chosen = sorted(earliest, key=lambda k: (earliest[k], k))[:limit]
+    if check is not None:
+        check(sum(int(table.first[k + 1] - table.first[k]) for k in chosen))
+    return len(earliest), [_answer(index, table, k) for k in chosen]
