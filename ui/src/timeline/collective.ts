@@ -20,6 +20,15 @@ export function isCollective(kind: unknown, name: unknown): boolean {
   return kind === "kernel" && COLLECTIVE_NAME.test(String(name ?? ""));
 }
 
+/** The selected collective, then those of the window (each once). */
+export function collectivesShown(selected: TlCollective | null, window: TlCollective[]): TlCollective[] {
+  const out = selected ? [selected] : [];
+  const key = (c: TlCollective): string => `${c.collective}#${c.seq}`;
+  const seen = new Set(out.map(key));
+  for (const c of window) if (!seen.has(key(c))) seen.add(key(c)), out.push(c);
+  return out;
+}
+
 /** The arrows (each rank's kernel → the last rank's) and the last-arrival marks of `instances`. */
 export function collectiveMarks(
   f: Frame,

@@ -18,7 +18,7 @@ import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect }
 import { state } from "./state";
 import { exportShown, linkedView, saveLink } from "./link";
 import { rangeSelection } from "./range";
-import { COLL_COLOR, collectiveMarks, COLLECTIVES_SHOWN, isCollective, LAST_COLOR, renderCollective } from "./collective";
+import { COLL_COLOR, collectiveMarks, COLLECTIVES_SHOWN, collectivesShown, isCollective, LAST_COLOR, renderCollective } from "./collective";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -200,7 +200,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const f = frame();
     let kind = "none";
     state.arrows = arrows(f);
-    const coll = collectiveMarks(f, shown, parentOf, collectivesShown(), rel);
+    const coll = collectiveMarks(f, shown, parentOf, collectivesShown(state.collective, state.allCollectives ? state.collectives : []), rel);
     state.collArrows = coll.arrows;
     state.lastMarks = coll.marks;
     const extra = { ...coll, color: COLL_COLOR, lastColor: LAST_COLOR };
@@ -213,16 +213,6 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       const seen = state.tile ? visibleEvents(state.tile, state.t0, state.t1) : { events: 0, merged: 0 };
       state.frameLog.push({ ms, kind, t0: state.t0, t1: state.t1, ...seen });
     }
-  }
-
-  /** The selected collective, and with "all collectives" every one in view (each once). */
-  function collectivesShown(): import("./data").TlCollective[] {
-    const out = state.collective ? [state.collective] : [];
-    if (!state.allCollectives) return out;
-    const key = (c: { collective: string; seq: number }): string => `${c.collective}#${c.seq}`;
-    const seen = new Set(out.map(key));
-    for (const c of state.collectives) if (!seen.has(key(c))) seen.add(key(c)), out.push(c);
-    return out;
   }
 
   let raf = 0;
@@ -350,14 +340,23 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (!state.profile) return;
     try {
       const got = await api.getEvent(state.profile, id, row);
-      // a collective's kernel: the same collective on every rank, asked before it is shown
-      const coll = isCollective(got.fields.kind, got.fields.name) ? (await api.getCollective(state.profile, id, got.row ?? row)).instance : null;
       state.selected = got;
-      state.collective = coll;
+      state.collective = null;
       state.selectedInstants = instants;
     } catch (err) {
       showError(err);
       return;
+    }
+    const sel = state.selected;
+    if (isCollective(sel.fields.kind, sel.fields.name)) {
+      // a collective's kernel: the same collective on every rank (the selection stands without it)
+      try {
+        const coll = (await api.getCollective(state.profile, id, sel.row ?? row)).instance;
+        if (state.selected !== sel) return; // another event selected meanwhile
+        state.collective = coll;
+      } catch (err) {
+        showError(err);
+      }
     }
     if (jump && state.selected.row) {
       reveal(state.selected.row);
