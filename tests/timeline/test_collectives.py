@@ -161,3 +161,16 @@ def test_dlrm_collectives_are_linked_across_8_ranks(tmp_path: Path) -> None:
         # every member finds the same instance from its own id and row
         member = g["events"][3]
         assert instance_of(index, member["id"], member["row"]) == g
+
+
+def test_the_module_offers_what_its_all_lists() -> None:
+    from hyperscope.timeline import collectives
+
+    assert sorted(collectives.__all__) == [
+        "Instances",
+        "MAX_INSTANCES",
+        "instance_of",
+        "instances",
+        "instances_in",
+    ]
+    assert all(hasattr(collectives, name) for name in collectives.__all__)
