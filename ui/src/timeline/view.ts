@@ -348,26 +348,27 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       return;
     }
     const sel = state.selected;
-    if (isCollective(sel.fields.kind, sel.fields.name)) {
-      // a collective's kernel: the same collective on every rank (the selection stands without it)
-      try {
-        const coll = (await api.getCollective(state.profile, id, sel.row ?? row)).instance;
-        if (state.selected !== sel) return; // another event selected meanwhile
-        state.collective = coll;
-      } catch (err) {
-        showError(err);
-      }
-    }
-    if (jump && state.selected.row) {
-      reveal(state.selected.row);
-      const t = rel(String(state.selected.fields.ts_ns));
-      const dur = Math.max(Number(state.selected.fields.dur_ns ?? 0), 2000);
+    if (jump && sel.row) {
+      reveal(sel.row);
+      const t = rel(String(sel.fields.ts_ns));
+      const dur = Math.max(Number(sel.fields.dur_ns ?? 0), 2000);
       const span = Math.max(state.t1 - state.t0 > dur * 50 ? dur * 20 : state.t1 - state.t0, dur * 3);
       setView(t + dur / 2 - span / 2, t + dur / 2 + span / 2);
     }
     showDetails("details");
     redraw();
     saveLink();
+    if (!isCollective(sel.fields.kind, sel.fields.name)) return;
+    // a collective's kernel: then the same collective on every rank (the selection stands without it)
+    try {
+      const coll = (await api.getCollective(state.profile, id, sel.row ?? row)).instance;
+      if (state.selected !== sel) return; // another event selected meanwhile
+      state.collective = coll;
+      showDetails(detailsTab);
+      redraw();
+    } catch (err) {
+      showError(err);
+    }
   }
 
   /** No selection: its outline, arrows and details go; Fit fits the profile again. */
@@ -399,9 +400,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (sel) void select(sel.id, false, sel.row);
   }
 
+  let detailsTab: "details" | "connections" = "details";
   function showDetails(tab: "details" | "connections"): void {
     const d = state.selected;
     if (!d) return;
+    detailsTab = tab;
     renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
     const c = state.collective;
     if (c) details.insertBefore(renderCollective(c, rel, (e) => void select(e.id, true, e.row), () => showEveryRank(c)), details.children[1] ?? null);
