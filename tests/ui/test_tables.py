@@ -131,6 +131,9 @@ def test_a_row_opens_its_occurrences_on_the_timeline(page: Any, served: Served) 
         timeout=TIMEOUT_MS,
     )
     assert page.evaluate(f"() => {TL}.state.searchExact") is True
+    # the search is in the address too: a whole name, so q and exact=1
+    query = parse_qs(str(page.evaluate("location.hash")).partition("?")[2])
+    assert query["q"] == [row.name] and query["exact"] == ["1"]
     assert page.evaluate(f"() => {TL}.state.matchTotal") == row.launches  # exactly this name's launches
     first = page.evaluate(f"() => {TL}.state.selected.id")
     page.click("#tl-next")
