@@ -73,12 +73,17 @@ class Tally:
                 self.errors.append(f"{status} {what[:160]}")
 
 
-def start_server(home: Path, logs: Path) -> tuple[subprocess.Popen[str], str, int]:
+def start_server(
+    home: Path, logs: Path, server_src: Path | None = None, extra: list[str] | None = None
+) -> tuple[subprocess.Popen[str], str, int]:
     err = open(logs / "server-err.txt", "w")  # noqa: SIM115 - for the server's whole life
+    env = {**os.environ, "COLUMNS": "200"}
+    if server_src is not None:  # another commit's server (``git archive``'s src/), for A/B runs
+        env["PYTHONPATH"] = os.pathsep.join([str(server_src), env.get("PYTHONPATH", "")]).strip(os.pathsep)
     proc = subprocess.Popen(
         [sys.executable, "-m", "hyperscope", "ui", "--host", "127.0.0.1", "--port", "0", "--no-browser",
-         "--home", str(home)],
-        stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "COLUMNS": "200"},
+         "--home", str(home), *(extra or [])],
+        stdout=subprocess.PIPE, stderr=err, text=True, env=env,
     )  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -197,18 +202,34 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--events", type=float, default=1.0, help="millions of events in the profile")
     parser.add_argument("--keep", action="store_true", help="keep the generated store")
+    parser.add_argument(
+        "--store", type=Path, help="generate the store here once and reuse it in later runs (kept)"
+    )
+    parser.add_argument(
+        "--server-src", type=Path, help="run the server from this src/ folder (another commit's, A/B)"
+    )
+    parser.add_argument(
+        "--server-arg", action="append", default=[], help="one more argument of `hyperscope ui`"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hyperscope-soak-"))
-    home = work / "home"
+    home = (args.store / "home") if args.store else work / "home"
     proc: subprocess.Popen[str] | None = None
     try:
-        pid, events, gen_s = generate(home, args.events)
-        add_jobs(home, 2000)
-        profile = Profile.open(profile_dir(home, pid))
-        stored.precompute_dashboard(profile)  # as `hyperscope import` leaves a profile
-        timeline_index.store(profile)
-        print(f"profile: {events:,} events (generated in {gen_s:.1f} s); 2,000 more jobs", flush=True)
-        proc, host, port = start_server(home, work)
+        made = args.store / "soak.json" if args.store else None
+        if made is not None and made.is_file():
+            pid, events = json.loads(made.read_text())
+            print(f"profile: {events:,} events, reused from {args.store}", flush=True)
+        else:
+            pid, events, gen_s = generate(home, args.events)
+            add_jobs(home, 2000)
+            profile = Profile.open(profile_dir(home, pid))
+            stored.precompute_dashboard(profile)  # as `hyperscope import` leaves a profile
+            timeline_index.store(profile)
+            print(f"profile: {events:,} events (generated in {gen_s:.1f} s); 2,000 more jobs", flush=True)
+            if made is not None:
+                made.write_text(json.dumps([pid, events]))
+        proc, host, port = start_server(home, work, args.server_src, args.server_arg)
         con = http.client.HTTPConnection(host, port, timeout=300)
         _, body = get(con, f"/api/profiles/{pid}/filters")
         filters = json.loads(body)

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from hyperscope import Store
 from hyperscope.server import create_app
-from hyperscope.server.jobs import CatalogReader, JobQuery
+from hyperscope.server.jobs import CatalogReader, JobQuery, ProfileNotFound
 from hyperscope.store.catalog import JobStatus, ProfileRef
 from tests.server.conftest import local
 
@@ -158,3 +158,25 @@ def test_a_kept_catalog_connection_sees_new_jobs_and_a_store_made_anew(tmp_path:
     add("anew", 3)
     assert [j.name for j in reader.jobs(JobQuery()).jobs] == ["anew"]
     assert reader.profile(f"{3:016x}").job.name == "anew"
+
+
+def test_a_kept_profile_look_up_follows_every_commit(tmp_path: Path) -> None:
+    """A profile's look-up is answered again from the thread's last one until anything is
+    committed: a job that finishes stops being live, a removed one is not found."""
+    home = tmp_path / "home"
+    pid = f"{7:016x}"
+    with Store(home) as store:
+        ref = ProfileRef(pid, 0, 7, "capture", 1, 1, 10, "test")
+        store.catalog.add_profile("running", ref, status=JobStatus.IN_PROGRESS, nodes=[], created_ns=7)
+    reader = CatalogReader(home)
+    first = reader.profile(pid)
+    assert first.live and first.job.status is JobStatus.IN_PROGRESS
+    assert reader.profile(pid) is first  # nothing committed since: the kept answer
+    with Store(home) as store:
+        store.catalog.set_status("running", JobStatus.COMPLETED)
+    done = reader.profile(pid)
+    assert not done.live and done.job.status is JobStatus.COMPLETED
+    with Store(home) as store:
+        store.remove("running")
+    with pytest.raises(ProfileNotFound):
+        reader.profile(pid)

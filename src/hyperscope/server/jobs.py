@@ -56,6 +56,8 @@ _JOB_COLUMNS: Final = (
     "(SELECT p.events FROM profiles p WHERE p.id = j.latest), "
     "(SELECT p.bytes FROM profiles p WHERE p.id = j.latest)"
 )
+#: profile look-ups each worker thread keeps (see ``CatalogReader.profile``)
+_HITS_PER_THREAD: Final = 256
 #: job states whose newest profile can still grow: its span is read anew each time
 _LIVE: Final = (JobStatus.IN_PROGRESS, JobStatus.STOPPING, JobStatus.FAILED)
 
@@ -218,6 +220,17 @@ class CatalogReader:
         if not PROFILE_ID.fullmatch(profile_id):
             raise ProfileNotFound(f"profile {profile_id[:40]!r}: expected 16 hex digits (0-9, a-f)")
         with self._db() as db:
+            # The same answer while nothing was committed since on this connection: every tile
+            # looks its profile up, and one statement instead of three is fewer hand-overs of the
+            # GIL (each SQLite step lets the other threads go first). ``data_version`` changes
+            # with any other connection's commit; a new connection never matches a kept answer.
+            version = int(db.execute("PRAGMA data_version").fetchone()[0])
+            hits: dict[str, tuple[sqlite3.Connection, int, ProfileHit]] = self._local.__dict__.setdefault(
+                "hits", {}
+            )
+            kept = hits.get(profile_id)
+            if kept is not None and kept[0] is db and kept[1] == version:
+                return kept[2]
             ref = db.execute(
                 "SELECT id, created_ns, source, events, ranks, bytes, origin, job_id FROM profiles "
                 "WHERE id = ?",
@@ -233,7 +246,11 @@ class CatalogReader:
             raise ProfileNotFound(f"profile {profile_id!r}: its job was just removed")
         job = _job(row)
         live = job.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) or int(running) > 0
-        return ProfileHit(_ref(ref[:7]), job, live)
+        hit = ProfileHit(_ref(ref[:7]), job, live)
+        if len(hits) >= _HITS_PER_THREAD:
+            hits.clear()
+        hits[profile_id] = (db, version, hit)
+        return hit
 
 
 def _running_ranks(db: sqlite3.Connection, profile_id: str) -> int:
