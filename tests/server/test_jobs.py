@@ -10,10 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hyperscope import Store
+from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
 from hyperscope.server.jobs import CatalogReader, JobQuery, ProfileNotFound
 from hyperscope.store.catalog import JobStatus, ProfileRef
-from tests.server.conftest import local
+from hyperscope.store.profile import Profile
+from tests.server.conftest import Home, local
 
 #: (name, created_ns, status, ranks)
 JOBS = [
@@ -180,3 +182,22 @@ def test_a_kept_profile_look_up_follows_every_commit(tmp_path: Path) -> None:
         store.remove("running")
     with pytest.raises(ProfileNotFound):
         reader.profile(pid)
+
+
+def test_a_growing_profiles_span_is_read_again_after_each_commit(tmp_path: Path, home: Home) -> None:
+    """The jobs list reads a running job's span from its profile again only once something was
+    committed (every flush of a capture records its progress in the catalog): in between, the
+    page's last answer stands."""
+    root = tmp_path / "home"
+    with Store(root) as store:
+        ref = ProfileRef(home.h200, 0, 1, "capture", 10, 1, 100, "test")
+        store.catalog.add_profile("running", ref, status=JobStatus.IN_PROGRESS, nodes=[], created_ns=1)
+    reader = CatalogReader(root)
+    assert reader.jobs(JobQuery()).jobs[0].duration_ns is None  # nothing written yet
+    shutil.copytree(profile_dir(home.path, home.h200), profile_dir(root, home.h200))  # a flush's parts
+    assert reader.jobs(JobQuery()).jobs[0].duration_ns is None  # not committed yet: not read again
+    with Store(root) as store:  # the flush's commit
+        store.catalog.set_status("running", JobStatus.IN_PROGRESS, "step 10")
+    meta = Profile.open(profile_dir(home.path, home.h200)).meta
+    assert meta.ts_max_ns is not None and meta.ts_min_ns is not None
+    assert reader.jobs(JobQuery()).jobs[0].duration_ns == meta.ts_max_ns - meta.ts_min_ns

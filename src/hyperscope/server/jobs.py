@@ -109,14 +109,24 @@ class CatalogReader:
         #: each worker thread's catalog connection and the catalog file's inode it was opened on
         self._local = threading.local()
 
-    def _span_ns(self, job: JobOut) -> int | None:
-        """The newest profile's traced span, from its metadata file (the catalog does not keep it)."""
+    def _span_ns(self, job: JobOut, seen: tuple[sqlite3.Connection, int] | None = None) -> int | None:
+        """The newest profile's traced span, from its metadata file (the catalog does not keep it).
+
+        ``seen``: the connection the job was read on and its ``data_version`` then. A profile that
+        may still grow is read again only after a commit: every flush of a capture records the
+        rank's progress in the catalog. (Opening each one for every page, two thirds of the jobs
+        in bench/soak.py, was a twentieth of the server's time holding the GIL.)"""
         pid = job.latest_profile
         if pid is None or not PROFILE_ID.fullmatch(pid):
             return None
         live = job.status in _LIVE
         if not live and (found := self._spans.get(pid)) is not None:
             return found[0]
+        growing: dict[str, tuple[sqlite3.Connection, int, int | None]] = self._local.__dict__.setdefault(
+            "growing", {}
+        )
+        if live and seen is not None and (kept := growing.get(pid)) is not None and kept[:2] == seen:
+            return kept[2]
         try:  # a capture's ranks keep their own metadata: Profile.open reads them all
             meta = Profile.open(profile_dir(self.home, pid)).meta
         except (OSError, StoreError):  # removed meanwhile, or unreadable: the profile's page says why
@@ -128,10 +138,14 @@ class CatalogReader:
         )
         if not live:  # unknown ones too: a finished profile is not read again for every page
             self._spans.put(pid, (span,))
+        elif seen is not None:
+            if len(growing) >= _HITS_PER_THREAD:
+                growing.clear()
+            growing[pid] = (*seen, span)
         return span
 
-    def _with_span(self, job: JobOut) -> JobOut:
-        return job.model_copy(update={"duration_ns": self._span_ns(job)})
+    def _with_span(self, job: JobOut, seen: tuple[sqlite3.Connection, int] | None = None) -> JobOut:
+        return job.model_copy(update={"duration_ns": self._span_ns(job, seen)})
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -193,9 +207,10 @@ class CatalogReader:
         else:
             listing = f"SELECT {_JOB_COLUMNS} FROM {_JOBS}{clause} ORDER BY {order} LIMIT ? OFFSET ?"
         with self._db() as db:
+            seen = (db, int(db.execute("PRAGMA data_version").fetchone()[0]))
             total = int(db.execute(f"SELECT count(*) FROM jobs j{clause}", params).fetchone()[0])
             found = db.execute(listing, [*params, query.limit, query.offset]).fetchall()
-        return JobListOut(total=total, jobs=[self._with_span(_job(r)) for r in found])
+        return JobListOut(total=total, jobs=[self._with_span(_job(r), seen) for r in found])
 
     def job(self, id_or_name: str) -> JobDetailOut:
         """By name, else by number (the CLI's rule: a job named "3" wins over job number 3)."""
