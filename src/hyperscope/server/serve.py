@@ -82,9 +82,9 @@ def short_gil_turns() -> None:
     The server is bound by its one Python core when many requests run at once. A timeline tile
     costs ~4 ms of CPU, but numpy releases the GIL around each of its ~100 array operations, and
     every time another runnable thread (another request's JSON, the event loop) takes it, the tile
-    waits for that thread to reach the switch interval. With four such threads, a tile took
-    ~150-200 ms at 5 ms and ~40-50 ms at 0.5 ms (their throughput no lower, within the noise of a
-    loaded machine); in bench/soak.py tiles waited 375 ms at p50 for 4 ms of work.
+    waits for that thread to reach the switch interval. With four such threads, a tile took 233 ms
+    at p50 at 5 ms and 76 ms at 0.5 ms (bench/gil_turns.py, their own work no slower within the
+    noise of a loaded machine); in bench/soak.py tiles had waited 375 ms at p50 for ~4 ms of work.
     """
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
