@@ -12,7 +12,7 @@ import { GUTTER, laneHeight, laneTop, type Layout, RULER } from "./geometry";
 import { installInput } from "./input";
 import { type LayerKey, type Need, prepare, type Prepared } from "./layer";
 import { Painter, visibleEvents } from "./painter";
-import { buildLayout, parents, rowsInView } from "./layout";
+import { buildLayout, firstLook, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
 import { state } from "./state";
@@ -554,6 +554,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.rows = rows;
       state.origin = BigInt(rows.start_ns);
       state.span = [0, Math.max(1000, Number(BigInt(rows.end_ns) - state.origin))];
+      state.open = firstLook(rows.root); // a link's own open rows replace these (applyLink)
       relayout();
       state.t0 = state.span[0];
       state.t1 = state.span[1];
