@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import hyperscope.server.limits as limits_module
 from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
 from hyperscope.server.limits import QueryLimits, QueryTimeout
@@ -156,8 +158,6 @@ def test_one_computation_per_scope_at_a_time(home: Home, tmp_path: Path) -> None
 def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
     """Timeline tiles of event rows are answered from the index alone: no connection is opened;
     one that is opened on first use is still interrupted at the time limit and closed."""
-    import hyperscope.server.limits as limits_module
-
     profile = Profile.open(profile_dir(home.path, home.big))
     opened: list[object] = []
     real = limits_module.connection
@@ -242,3 +242,22 @@ def test_light_work_from_the_event_loop_is_timed_and_queued(home: Home) -> None:
         asyncio.run(scenario())
     finally:
         release.set()
+
+
+def test_idle_light_threads_end_and_come_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An app's light threads end once idle (an app dropped leaves none behind) and start again
+    with the next work."""
+    monkeypatch.setattr(limits_module, "IDLE_THREAD_S", 0.05)
+    pool = limits_module._Threads(2, "hyperscope-test-idle")
+
+    def alive() -> int:
+        return sum(t.name.startswith("hyperscope-test-idle") for t in threading.enumerate())
+
+    ran: list[int] = []
+    pool.submit(ran.append, 1).result(60)
+    deadline = time.monotonic() + 60
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert alive() == 0
+    pool.submit(ran.append, 2).result(60)
+    assert ran == [1, 2]

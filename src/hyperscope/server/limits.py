@@ -30,6 +30,8 @@ H = TypeVar("H")
 
 #: how often a timed-out query is interrupted again until its worker has stopped
 INTERRUPT_EVERY_S: Final = 0.05
+#: how long a light thread waits for work before it ends
+IDLE_THREAD_S: Final = 60.0
 
 #: how a request waits for its worker: ``(done, seconds left, what)`` → whether it finished in time
 WaitForWorker = Callable[[threading.Event, float, str], bool]
@@ -187,8 +189,10 @@ class QueryLimits:
 
 
 class _Threads:
-    """Up to ``size`` daemon threads, started as work arrives and kept: a ThreadPoolExecutor's
-    threads are joined when the interpreter exits, so one long index build would hold up Ctrl+C."""
+    """Up to ``size`` daemon threads, started as work arrives and kept until idle for
+    ``IDLE_THREAD_S`` (an app made and dropped, as in tests, leaves none behind for long): a
+    ThreadPoolExecutor's threads are joined when the interpreter exits, so one long index build
+    would hold up Ctrl+C."""
 
     def __init__(self, size: int, name: str) -> None:
         self._size, self._name = size, name
@@ -212,21 +216,30 @@ class _Threads:
         return future
 
     def _serve(self) -> None:
+        with self._lock:
+            self._idle += 1
         while True:
-            with self._lock:
-                self._idle += 1
-            future, fn, args = self._tasks.get()
+            try:
+                future, fn, args = self._tasks.get(timeout=IDLE_THREAD_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._queued == 0:  # else work came just now, counted on this thread
+                        self._idle -= 1
+                        self._started -= 1
+                        return
+                continue
             with self._lock:
                 self._idle -= 1
                 self._queued -= 1
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                fn(*args)
-            except BaseException as exc:  # _light_work hands its errors over itself
-                future.set_exception(exc)
-            else:
-                future.set_result(None)
+            if future.set_running_or_notify_cancel():
+                try:
+                    fn(*args)
+                except BaseException as exc:  # _light_work hands its errors over itself
+                    future.set_exception(exc)
+                else:
+                    future.set_result(None)
+            with self._lock:
+                self._idle += 1
 
 
 def _interrupt(slot: _Slot[Any]) -> None:
