@@ -99,6 +99,8 @@ class RecoverySettings:
     replace_command: str = ""
     #: run (as above, the reason as ``$3``) when a node needs what the agent cannot do: a ticket
     ticket_command: str = ""
+    #: existing: how ``cluster update-software`` updates one drained node (as above); "" = refused
+    update_command: str = ""
     #: the brake on automatic replacements: at most this many in any ``replacement_window_s`` s
     max_replacements: int = 4
     replacement_window_s: int = 600
@@ -297,7 +299,7 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
         for k, (lo, hi) in limits.items()
     }
-    for k in ("reboot_command", "replace_command", "ticket_command"):
+    for k in ("reboot_command", "replace_command", "ticket_command", "update_command"):
         command = d.get(k, "")
         if not isinstance(command, str):
             raise SpecError(src, f"recovery.{k}", "must be a shell command (a string)", command)

@@ -47,6 +47,7 @@ from hyperscope.cluster.state import (
     cluster_lock,
     clusters_dir,
     start_time,
+    updating_now,
 )
 from hyperscope.errors import HyperscopeError
 from hyperscope.recovery import act, calm, heartbeat
@@ -143,6 +144,8 @@ class Agent:
     #: was first named, and the passive decision last logged per node
     straggler_seen: dict[tuple[str, int, str], float] = field(default_factory=dict)
     straggler_noted: dict[str, str] = field(default_factory=dict)
+    #: the nodes a `cluster update` acted on at the last pass (``updating_now``)
+    was_updating: set[str] = field(default_factory=set)
     _cached: tuple[tuple[int, int, int], ClusterState] | None = None
     _recovery: RecoverySettings | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock)
@@ -247,8 +250,8 @@ class Agent:
         is started again (slurmctld recovers its jobs from its saved state), so a killed slurmctld
         does not leave the cluster unable to schedule or to finish its jobs."""
         dead = [p for p in state.procs if p.role in ("munged", "slurmctld", BACKUP_CTLD) and not alive(p)]
-        if not dead or state.provider != "local":
-            return []
+        if not dead or state.provider != "local" or state.controller in updating_now(state):
+            return []  # (a `cluster update` restarting slurmctld with a new node list: its own)
         dead.sort(key=lambda p: p.role != "munged")
         (action,) = decide_daemons([(p.role, p.pid) for p in dead])
         base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": None}
@@ -346,9 +349,13 @@ class Agent:
     def node_views(self, state: ClusterState, live: list[Node], ops: NodeOperator) -> list[NodeView]:
         by_name = {n.name: n for n in live}
         views = []
+        updated = updating_now(state)  # drained, restarted or made by a `cluster update`: its own
+        for back in self.was_updating - updated:  # just handed back, its slurmd new: as after ours
+            self.settling[back] = self.clock() + act.SETTLE_S
+        self.was_updating = updated
         for n in state.nodes:
             s = by_name.get(n.name)
-            if s is None or n.name in self.acting:
+            if s is None or n.name in self.acting or n.name in updated:
                 continue
             if n.status == "NeedsHardware" and s.available:
                 self._ticket_closed(n.name, s)

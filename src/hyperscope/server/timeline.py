@@ -16,6 +16,7 @@ import gzip
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from hyperscope.server.jobs import ProfileHit
 from hyperscope.server.limits import QueryLimits
 from hyperscope.server.params import INT64_MAX, RANK_MAX, TIME_MAX, TIME_MIN, check_window
 from hyperscope.store.profile import Profile
+from hyperscope.timeline.collectives import MAX_INSTANCES, instance_of, instances_in
 from hyperscope.timeline.links import MAX_MATCHES
 from hyperscope.timeline.range import prepare as prepare_range_tables
 from hyperscope.timeline.range import range_stats
@@ -172,6 +174,18 @@ def router(
 ) -> APIRouter:
     """The endpoints, over the app's catalog look-up and query limits."""
     api = APIRouter(prefix="/api/profiles/{profile_id}/timeline", tags=["timeline"])
+    #: a finished profile's index by its id, as long as timeline.index's own bounded cache keeps
+    #: it: ``tl.load`` names the index by listing the profile's parts, a few system calls per
+    #: tile that each let every other thread take the GIL first
+    indexes: weakref.WeakValueDictionary[str, tl.Index] = weakref.WeakValueDictionary()
+
+    def index_of(hit: ProfileHit, profile: Profile) -> tl.Index:
+        if hit.live:
+            return tl.load(profile)
+        found = indexes.get(hit.ref.id)
+        if found is None:
+            found = indexes[hit.ref.id] = tl.load(profile)
+        return found
 
     def run(
         profile_id: str,
@@ -183,9 +197,20 @@ def router(
         hit, profile = open_profile(profile_id)
 
         def job(con: duckdb.DuckDBPyConnection) -> Any:
-            return work(tl.load(profile), con)
+            return work(index_of(hit, profile), con)
 
         return limits.run(profile, job, what, lazy=lazy), hit, profile
+
+    async def run_light(
+        profile_id: str, what: str, work: Callable[[tl.Index, duckdb.DuckDBPyConnection], Any]
+    ) -> Any:
+        """``run(..., lazy=True)`` from the event loop: the catalog look-up and the work on one
+        light thread (server/limits.py), not a request thread and a query thread as well."""
+        return await limits.run_async(
+            lambda: open_profile(profile_id),
+            lambda hit, profile, con: work(index_of(hit, profile), con),
+            what,
+        )
 
     @api.get("/rows")
     def get_rows(profile_id: str) -> Response:
@@ -213,7 +238,7 @@ def router(
         return _json({**answer, "cached": cached})
 
     @api.get("/tile")
-    def get_tile(
+    async def get_tile(
         request: Request,
         profile_id: str,
         rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
@@ -249,7 +274,7 @@ def router(
 
         accepts_gzip = "gzip" in request.headers.get("accept-encoding", "")
         # the index answers event rows alone: DuckDB is opened only for sample rows
-        (payload, zipped), _, _ = run(profile_id, "a timeline tile", work, lazy=True)
+        payload, zipped = await run_light(profile_id, "a timeline tile", work)
         headers = {"Vary": "Accept-Encoding"}
         if zipped:  # the GZipMiddleware passes an answer with its own Content-Encoding as it is
             headers["Content-Encoding"] = "gzip"
@@ -320,6 +345,50 @@ def router(
             profile_id, "flows", lambda index, con: tl.flows(index, row_ids, t0_ns, t1_ns), lazy=True
         )
         return _json({"flows": answer})
+
+    @api.get("/collective")
+    def get_collective(
+        profile_id: str,
+        id: Annotated[int, Query(ge=0, le=INT64_MAX, description="event id of a collective's kernel")],
+        row: Annotated[str | None, Query(description="its row id, when known (faster)")] = None,
+    ) -> Response:
+        """The same collective on every rank (the n-th launch of it on each, as the dashboard's
+        waits match them) and which rank arrived last: ``{"instance": null}`` for an event that is
+        no communication kernel."""
+
+        def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            if not 0 <= id < (index.offsets[-1] if index.offsets else 0):
+                raise HTTPException(404, f"event {id}: no such event in this profile")
+            return {"id": id, "instance": instance_of(index, id, row)}
+
+        answer, _, _ = run(profile_id, "a collective's ranks", work, lazy=True)
+        return _json(answer)
+
+    @api.get("/collectives")
+    def get_collectives(
+        profile_id: str,
+        rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
+        t0_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="window start, epoch ns")],
+        t1_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="window end, epoch ns")],
+        limit: Annotated[int, Query(ge=1, le=MAX_INSTANCES, description="instances at most")] = 100,
+    ) -> Response:
+        """The collectives with a kernel in the window on one of ``rows``, each with its kernel on
+        every rank and the last rank to arrive (the first ``limit`` by start, and how many in all)."""
+        row_ids = [r for r in rows.split(",") if r]
+        if not 1 <= len(row_ids) <= MAX_ROWS:
+            raise UsageError(f"rows: expected 1 to {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
+        check_window(t0_ns, t1_ns)
+
+        def cap(kernels: int) -> None:  # 413 before the answer is built, not after
+            limits.check_rows([("collective links", kernels)])
+
+        (total, found), _, _ = run(
+            profile_id,
+            "the collectives in a window",
+            lambda index, con: instances_in(index, row_ids, t0_ns, t1_ns, limit, check=cap),
+            lazy=True,
+        )
+        return _json({"total": total, "truncated": total > len(found), "instances": found})
 
     @api.get("/search")
     def get_search(
