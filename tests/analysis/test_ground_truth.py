@@ -308,3 +308,38 @@ def test_launch_latency_log_bins_are_equal_ratio_and_count_every_launch(ground_t
     assert [b.count for b in got.rows] == [sum(1 for x in lats if a <= x < b) for a, b in pairwise(edges)]
     assert sum(b.count for b in got.rows) == len(lats)
     assert log_edges(1000, 999_999, 3) == [1000, 10_000, 100_000, 1_000_000]
+
+
+def test_memory_option_adds_an_allocation_stream_with_a_known_peak(ground_truth: Make) -> None:
+    """``memory=True`` adds alloc/free pairs per device op; off (the default) nothing changes."""
+    from hyperscope.analysis.memory import peak_memory
+    from hyperscope.analysis.memory_view import allocations_at_peak, memory_curve
+
+    spec = gt.GroundTruthSpec(ranks=2, steps=4, kernels_per_step=6, nodes=2, memory=True)
+    plain = gt.GroundTruthSpec(ranks=2, steps=4, kernels_per_step=6, nodes=2)
+    assert plain.peak_allocated_bytes is None and plain.events_per_rank == 4 * (3 * 9 + 2)
+    profile = ground_truth(spec)
+    assert profile.meta.events == gt.expected(spec).events == spec.ranks * 4 * (5 * 9 + 2)
+    con = profile.connect()
+    try:
+        assert con.execute("SELECT count(*) FROM events WHERE kind = 'memory'").fetchone() == (2 * 4 * 18,)
+        # every step frees what it allocated
+        assert con.execute("SELECT sum(alloc_bytes) FROM events WHERE kind = 'memory'").fetchone() == (0,)
+    finally:
+        con.close()
+    peaks = peak_memory(profile).rows
+    assert [(p.rank, p.device, p.source) for p in peaks] == [
+        (0, 0, "allocator events"),
+        (1, 1, "allocator events"),
+    ]
+    assert {p.peak_allocated_bytes for p in peaks} == {spec.peak_allocated_bytes}
+    assert {p.peak_reserved_bytes for p in peaks} == {spec.peak_reserved_bytes}
+    assert spec.peak_allocated_bytes == gt.MEM_BASE + 25 * gt.MEM_UNIT  # 9 blocks: 1+2+3+4+5+1+2+3+4 MiB
+    curve = memory_curve(profile).rows
+    assert max(p.allocated_bytes for p in curve) == spec.peak_allocated_bytes
+    allocs = allocations_at_peak(profile).rows
+    # at the peak (the last block of step 0) all 9 blocks are alive: the 9 listed, largest first
+    for rank in (0, 1):
+        mine = [a.bytes for a in allocs if a.rank == rank]
+        assert mine == sorted(((i % 5 + 1) * gt.MEM_UNIT for i in range(9)), reverse=True)
+    assert ground_truth(plain).meta.events == gt.expected(plain).events

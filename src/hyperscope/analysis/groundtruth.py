@@ -17,6 +17,10 @@ Per rank and step ``s`` (all times in ns, step start ``S``):
   ``forward`` annotation.
 
 Options add the bad inputs the analyses must survive, each with its effect on the answers.
+``memory=True`` (off by default: nothing else changes) adds the allocator's ``[memory]`` events that
+``profile_memory`` records: per rank and step, one block per device op allocated during ``forward``
+(``(i mod 5 + 1)`` MiB, at ``S + MEM_AT + i·MEM_EVERY``) on top of ``MEM_BASE`` and all freed, in
+order, after the step's last device op, so the peak is ``MEM_BASE`` plus every block of a step.
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ TAIL: Final = 60_000
 STEP_EXTRA: Final = 7_000
 FORWARD: Final = 100_000
 GPU_UTIL_PCT: Final = 75.0
+MEM_BASE: Final = 1 << 30  # weights and optimizer state, allocated before the profile starts
+MEM_UNIT: Final = 1 << 20
+MEM_RESERVE_EXTRA: Final = 64 << 20  # the caching allocator holds this above the peak throughout
+MEM_AT: Final = 2_000
+MEM_EVERY: Final = 500
+MEM_FREE_EVERY: Final = 100
+MEM_ADDR: Final = 0x7F00_0000_0000
+MEM_ADDR_STRIDE: Final = 1 << 26
 _PART_EVENTS: Final = 2_000_000
 _ORDER: Final = ", ".join(SORT_KEY)
 #: Kernel names cycled over the compute kernels, with the precision the rules must give them.
@@ -73,6 +85,7 @@ class GroundTruthSpec:
     open_step: bool = False  # rank 0 gets one more ProfilerStep without a duration
     gpu_less_rank: bool = False  # one more rank with host events and steps but no GPU events
     clock_jump: bool = False  # rank 0 step 0: a kernel that starts before its launch
+    memory: bool = False  # allocator [memory] events: one block per device op, freed at the step's end
 
     def __post_init__(self) -> None:
         if self.kernels_per_step < 3 or self.ranks < 1 or self.steps < 0:
@@ -96,8 +109,28 @@ class GroundTruthSpec:
         return T0 + rank * self.rank_skew_ns + s * self.step_ns + extra
 
     @property
+    def events_per_rank_step(self) -> int:
+        ops = self.kernels_per_step + 3
+        return 3 * ops + 2 + (2 * ops if self.memory else 0)
+
+    @property
     def events_per_rank(self) -> int:
-        return self.steps * (3 * (self.kernels_per_step + 3) + 2)
+        return self.steps * self.events_per_rank_step
+
+    @property
+    def peak_allocated_bytes(self) -> int | None:
+        """With ``memory``: every rank's peak ``Total Allocated`` (all of a step's blocks alive)."""
+        return MEM_BASE + _blocks_mib(self.kernels_per_step + 3) * MEM_UNIT if self.memory else None
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        peak = self.peak_allocated_bytes
+        return None if peak is None else peak + MEM_RESERVE_EXTRA
+
+
+def _blocks_mib(n: int) -> int:
+    """MiB of blocks ``0 .. n-1`` (block ``i`` is ``i mod 5 + 1`` MiB)."""
+    return (n // 5) * 15 + (n % 5) * (n % 5 + 1) // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +337,7 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
         }
     )
     parts = [
+        *(_memory_parts(spec, node) if spec.memory else []),
         f"SELECT {dev} FROM ops",
         f"SELECT {rt} FROM ops",
         f"SELECT {cpu} FROM ops",
@@ -369,7 +403,7 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
             )
     # Parts of at most ~2M events, each sorted: DuckDB sorts each within its memory limit, and a
     # profile is a directory of parts anyway (a capture writes one per rank and flush).
-    per_rank_step = 3 * (k + 3) + 2
+    per_rank_step = spec.events_per_rank_step
     chunk = max(1, _PART_EVENTS // per_rank_step)
     if spec.ranks * spec.events_per_rank <= _PART_EVENTS:
         plan = [(0, all_ranks, 0, spec.steps)]
@@ -431,6 +465,46 @@ def write_profile(path: Path, spec: GroundTruthSpec, *, threads: int | None = No
     )
     (path / META_FILE).write_text(meta.to_json())
     return Profile.open(path)
+
+
+def _memory_parts(spec: GroundTruthSpec, node: str) -> list[str]:
+    """The ``[memory]`` events over ``ops`` (one row per rank, step and device op ``i``)."""
+    n = spec.kernels_per_step + 3
+    size = f"((i % 5 + 1) * {MEM_UNIT})"
+
+    def cum(j: str) -> str:  # MiB of blocks 0 .. j-1, as _blocks_mib
+        return f"((({j}) // 5) * 15 + (({j}) % 5) * (({j}) % 5 + 1) // 2)"
+
+    reserved = f"{MEM_BASE + _blocks_mib(n) * MEM_UNIT + MEM_RESERVE_EXTRA}"
+
+    def event(ts: str, nbytes: str, total: str) -> str:
+        return _select(
+            {
+                "rank": "r",
+                "node": node,
+                "pid": "1000 + r",
+                "tid": "1000 + r",
+                "kind": "'memory'",
+                "cat": "'cpu_instant_event'",
+                "ph": "'i'",
+                "name": "'[memory]'",
+                "ts_ns": ts,
+                "addr": f"{MEM_ADDR} + i * {MEM_ADDR_STRIDE}",
+                "alloc_bytes": nbytes,
+                "total_allocated": total,
+                "total_reserved": reserved,
+                "device_type": "1",
+                "device_id": "r % 8",
+            }
+        )
+
+    alloc = event(f"st + {MEM_AT} + i * {MEM_EVERY}", size, f"{MEM_BASE} + {cum('i + 1')} * {MEM_UNIT}")
+    free = event(
+        f"st + {spec.step_content_ns + 1_000} + i * {MEM_FREE_EVERY}",
+        f"-{size}",
+        f"{MEM_BASE} + ({_blocks_mib(n)} - {cum('i + 1')}) * {MEM_UNIT}",
+    )
+    return [f"SELECT {alloc} FROM ops", f"SELECT {free} FROM ops"]
 
 
 def _single(ts: int, dur: int, kind: str, name: str, stream: int, corr: int, *, node: str) -> str:
