@@ -91,12 +91,18 @@ def memory_in_process(profile: Profile) -> dict[str, Any]:
     try:
         t0, c0 = time.perf_counter(), time.process_time()
         peaks = peak_memory(con, ALL).rows
+        t1 = time.perf_counter()
         curve = memory_curve(con, ALL, 200).rows
+        t2 = time.perf_counter()
         allocs = allocations_at_peak(con, ALL, 10).rows
-        ms, cpu = (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+        t3 = time.perf_counter()
+        ms, cpu = (t3 - t0) * 1e3, (time.process_time() - c0) * 1e3
     finally:
         con.close()
-    return {"ms": ms, "cpu_ms": cpu, "peaks": len(peaks), "curve": len(curve), "allocations": len(allocs)}
+    parts = {"peaks_ms": (t1 - t0) * 1e3, "curve_ms": (t2 - t1) * 1e3, "allocations_ms": (t3 - t2) * 1e3}
+    return {
+        "ms": ms, "cpu_ms": cpu, **parts, "peaks": len(peaks), "curve": len(curve), "allocations": len(allocs)
+    }  # fmt: skip
 
 
 def run(
@@ -153,8 +159,9 @@ def run(
     mem = memory_in_process(profile) if memory else None
     if mem:
         print(
-            f"  memory endpoint's analyses: {mem['ms']:.0f} ms (CPU {mem['cpu_ms']:.0f} ms): {mem['peaks']} "
-            f"peaks, {mem['curve']} curve points, {mem['allocations']} allocations",
+            f"  memory endpoint's analyses: {mem['ms']:.0f} ms (CPU {mem['cpu_ms']:.0f} ms; peaks "
+            f"{mem['peaks_ms']:.0f}, curve {mem['curve_ms']:.0f}, allocs {mem['allocations_ms']:.0f} ms): "
+            f"{mem['peaks']} peaks, {mem['curve']} curve points, {mem['allocations']} allocations",
             flush=True,
         )
     del index
