@@ -163,7 +163,9 @@ def test_recovery_commands_and_the_adopted_default(tmp_path: Path) -> None:
     assert parse_spec(adopted, tmp_path / "a.yaml").recovery.agent
 
 
-def test_a_backup_controller_is_the_local_providers(tmp_path: Path) -> None:
+def test_a_backup_controller_is_a_flag_locally_a_host_on_ssh_and_the_operators_on_existing(
+    tmp_path: Path,
+) -> None:
     data = _valid()
     assert not parse_spec(data, DATA / "valid.yaml").slurm.backup_controller
     data["slurm"] = {"backup_controller": True}
@@ -172,5 +174,19 @@ def test_a_backup_controller_is_the_local_providers(tmp_path: Path) -> None:
     conf.write_text("ClusterName=x\n")
     adopted = {"name": "a", "provider": "existing", "slurm_conf": str(conf), "shared_dir": "s"}
     adopted["slurm"] = {"backup_controller": True}
-    with pytest.raises(SpecError, match=r"slurm\.backup_controller: is built by the local provider only"):
+    with pytest.raises(SpecError, match=r"slurm\.backup_controller: is not built by the existing provider"):
         parse_spec(adopted, tmp_path / "a.yaml")
+    (tmp_path / "lc").mkdir()
+    (tmp_path / "lc" / "on_create.sh").write_text("true\n")
+    ssh = {
+        "name": "s", "provider": "ssh", "lifecycle_scripts": "lc", "shared_dir": "s",
+        "instance_groups": [{"name": "c", "role": "controller", "count": 1, "hosts": ["10.0.0.1"]},
+                            {"name": "w", "role": "worker", "count": 1, "hosts": ["10.0.0.2"]}],
+    }  # fmt: skip
+    assert not parse_spec(ssh, tmp_path / "s.yaml").slurm.backup_controller
+    ssh["slurm"] = {"backup_controller": "10.0.0.9"}
+    s = parse_spec(ssh, tmp_path / "s.yaml").slurm
+    assert s.backup_controller and s.backup_host == "10.0.0.9"
+    ssh["slurm"] = {"backup_controller": True}  # which host, on the ssh provider?
+    with pytest.raises(SpecError, match=r"slurm\.backup_controller: names the backup controller's host"):
+        parse_spec(ssh, tmp_path / "s.yaml")

@@ -69,9 +69,13 @@ class SlurmSettings:
     cred_expire: int = 5
     #: First TCP port (slurmctld); nodes use the following ones. 0 = pick free ports at create.
     port_base: int = 0
-    #: local provider: a second slurmctld (Slurm's backup controller, ``SlurmctldHost`` twice,
-    #: state in the cluster's folder) that takes over when the primary is gone
+    #: a second slurmctld (Slurm's backup controller, ``SlurmctldHost`` twice) that takes over
+    #: when the primary is gone: ``true`` on the local provider (state in the cluster's folder);
+    #: on the ssh provider the spec names the backup's host instead, and both keep their state on
+    #: the shared directory
     backup_controller: bool = False
+    #: the ssh provider's backup controller host (``slurm.backup_controller: HOST``)
+    backup_host: str = ""
 
 
 #: what the agent does about a straggler (recovery.straggler_action)
@@ -99,6 +103,9 @@ class RecoverySettings:
     replace_command: str = ""
     #: run (as above, the reason as ``$3``) when a node needs what the agent cannot do: a ticket
     ticket_command: str = ""
+    #: existing: how a controller found DOWN by ``scontrol ping`` is started again (its host name
+    #: as ``$1`` and ``$2``); "" = the operator's controllers are never restarted, only logged
+    restart_controller_command: str = ""
     #: the brake on automatic replacements: at most this many in any ``replacement_window_s`` s
     max_replacements: int = 4
     replacement_window_s: int = 600
@@ -125,6 +132,9 @@ class SshSettings:
     options: tuple[str, ...] = ()  # extra ``-o`` options, e.g. StrictHostKeyChecking=no
     #: on every host: the cluster's configuration, logs, spool and munge socket (short: socket paths)
     remote_dir: str = "/var/lib/hyperscope"
+    #: on every host: a Python with hyperscope installed (each node's health loop); "" = this
+    #: machine's own interpreter path (hosts that mount the same software)
+    python: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +220,11 @@ def _ssh(src: Path, raw: object) -> SshSettings:
     if not isinstance(remote, str) or not remote.startswith("/") or len(remote) > 40 or " " in remote:
         raise SpecError(src, "ssh.remote_dir", "must be an absolute path of at most 40 characters", remote)
     key = d.get("identity_file")
+    py = d.get("python", "")
+    if not isinstance(py, str) or (py and not py.startswith("/")):
+        raise SpecError(src, "ssh.python", "must be the absolute path of a Python on every host", py)
     return SshSettings(
+        python=py,
         user=user,
         port=_int(src, "ssh.port", d.get("port", 22), minimum=1, maximum=65535),
         identity_file=None if key is None else _dir(src, "ssh.identity_file", key),
@@ -247,7 +261,7 @@ def _group(src: Path, key: str, raw: object, ssh: bool = False) -> InstanceGroup
     )
 
 
-def _slurm(src: Path, raw: object) -> SlurmSettings:
+def _slurm(src: Path, raw: object, *, ssh: bool = False) -> SlurmSettings:
     d = _mapping(src, "slurm", {} if raw is None else raw, set(SlurmSettings.__slots__))
     defaults = SlurmSettings()
     limits = {
@@ -267,9 +281,17 @@ def _slurm(src: Path, raw: object) -> SlurmSettings:
         )
     values["partition"] = _name(src, "slurm.partition", d.get("partition", defaults.partition))
     backup = d.get("backup_controller", defaults.backup_controller)
-    if not isinstance(backup, bool):
+    if ssh:
+        if backup is not False and (not isinstance(backup, str) or not _HOST.match(backup)):
+            raise SpecError(
+                src, "slurm.backup_controller",
+                "names the backup controller's host on the ssh provider (a host name or address)", backup,
+            )  # fmt: skip
+        values["backup_controller"], values["backup_host"] = bool(backup), backup or ""
+    elif not isinstance(backup, bool):
         raise SpecError(src, "slurm.backup_controller", "must be true or false", backup)
-    values["backup_controller"] = backup
+    else:
+        values["backup_controller"] = backup
     return SlurmSettings(**values)
 
 
@@ -297,7 +319,7 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
         for k, (lo, hi) in limits.items()
     }
-    for k in ("reboot_command", "replace_command", "ticket_command"):
+    for k in ("reboot_command", "replace_command", "ticket_command", "restart_controller_command"):
         command = d.get(k, "")
         if not isinstance(command, str):
             raise SpecError(src, f"recovery.{k}", "must be a shell command (a string)", command)
@@ -367,11 +389,11 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
         if key in d:
             raise SpecError(source, key, f"is not used by the {provider} provider")
     backup = d.get("slurm")
-    if provider != "local" and isinstance(backup, dict) and backup.get("backup_controller"):
+    if existing and isinstance(backup, dict) and backup.get("backup_controller"):
         raise SpecError(
             source, "slurm.backup_controller",
-            f"is built by the local provider only: with the {provider} provider, name a second "
-            "SlurmctldHost in your own slurm.conf (existing) or leave it out (ssh)", True,
+            "is not built by the existing provider: name a second SlurmctldHost in your own "
+            "slurm.conf (the agent talks to whichever controller answers)", True,
         )  # fmt: skip
     lifecycle: Path | None = None
     slurm_conf: Path | None = None
@@ -391,7 +413,7 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
         groups=() if existing else _groups(source, d["instance_groups"], provider == "ssh"),
         lifecycle_dir=lifecycle,
         shared_dir=_dir(source, "shared_dir", d["shared_dir"]),
-        slurm=_slurm(source, d.get("slurm")),
+        slurm=_slurm(source, d.get("slurm"), ssh=provider == "ssh"),
         source=source.resolve(),
         slurm_conf=slurm_conf,
         ssh=_ssh(source, d.get("ssh")) if provider == "ssh" else None,

@@ -96,8 +96,10 @@ class ClusterState:
     updated: float = field(default_factory=time.time)
     #: what create could not set up but did not need to fail for (e.g. no SPANK plugin)
     notes: list[str] = field(default_factory=list)
-    #: the local provider's backup slurmctld: its host name ("" = no backup controller)
+    #: the backup slurmctld: its host name as slurm.conf names it ("" = no backup controller)
     backup_controller: str = ""
+    #: the ssh provider's: the address of the backup slurmctld's host
+    backup_host: str = ""
 
     def node(self, name: str) -> NodeState:
         for n in self.nodes:
