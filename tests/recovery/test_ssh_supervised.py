@@ -130,7 +130,9 @@ def test_the_backup_schedules_while_the_primary_is_gone_and_the_agent_restarts_t
         os.kill(agent.pid, signal.SIGCONT)
 
     def restarted() -> dict[str, Any] | None:
-        return next((r for r in _log(state, mark) if r["kind"] == "restart" and r["phase"] != "decided"), None)
+        return next(
+            (r for r in _log(state, mark) if r["kind"] == "restart" and r["phase"] != "decided"), None
+        )
 
     done = wait_for("the agent to restart the primary on its host", restarted, 60)
     assert isinstance(done, dict) and done["phase"] == "done", done
@@ -170,7 +172,9 @@ def test_a_failing_health_check_on_a_host_drains_its_node_and_the_agent_re_creat
     hosts.ssh(by_node[sick], f"mkdir -p {Path(faults).parent} && echo '{fault}' > {faults}")
 
     def decided() -> dict[str, Any] | None:
-        return next((r for r in _log(state, mark) if r["kind"] == "replace" and r["phase"] == "decided"), None)
+        return next(
+            (r for r in _log(state, mark) if r["kind"] == "replace" and r["phase"] == "decided"), None
+        )
 
     first = wait_for("the drain to be acted on", decided, 60)
     hosts.ssh(by_node[sick], f"rm -f {faults}")  # repaired: the re-created node is healthy

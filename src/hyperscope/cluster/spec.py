@@ -119,6 +119,12 @@ class RecoverySettings:
     straggler_steps: int = 20
     straggler_action: str = "notify"
     straggler_profile_steps: int = 10
+    #: existing (opt-in, with ``ssh:``): one health loop per node, started over ssh on its host
+    #: (``NodeAddr``), that drains the node when a check fails; ssh and local nodes always have one
+    health_loops: bool = False
+    #: existing (with ``ssh:``): a script run over ssh on a spare before it joins a partition (as
+    #: HyperPod runs lifecycle scripts on replacements); a spare it fails on is left out, a ticket
+    spare_script: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +154,8 @@ class ClusterSpec:
     source: Path | None = None
     #: the existing provider: the slurm.conf of a cluster the user already runs
     slurm_conf: Path | None = None
-    ssh: SshSettings | None = None  # the ssh provider only
+    #: the ssh provider's; the existing provider's for its opt-ins (health_loops, spare_script)
+    ssh: SshSettings | None = None
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
     @property
@@ -329,6 +336,18 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         choices = ", ".join(STRAGGLER_ACTIONS)
         raise SpecError(src, "recovery.straggler_action", f"must be one of {choices}", action)
     values["straggler_action"] = action
+    loops = d.get("health_loops", False)
+    if not isinstance(loops, bool):
+        raise SpecError(src, "recovery.health_loops", "must be true or false", loops)
+    values["health_loops"] = loops
+    if d.get("spare_script") is not None:
+        script = _dir(src, "recovery.spare_script", d["spare_script"])
+        if not script.is_file():
+            raise SpecError(src, "recovery.spare_script", f"no such file: {script}", d["spare_script"])
+        values["spare_script"] = script
+    if not adopted and (loops or "spare_script" in d):
+        key = "health_loops" if loops else "spare_script"
+        raise SpecError(src, f"recovery.{key}", "is the existing provider's (its nodes are not ours)", d[key])
     if d.get("health_checks_dir") is not None:
         checks = _dir(src, "recovery.health_checks_dir", d["health_checks_dir"])
         if not checks.is_dir():
@@ -384,7 +403,7 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
         if key not in d:
             raise SpecError(source, key, "is required" + (" by the existing provider" if existing else ""))
     unused: tuple[str, ...] = ("instance_groups", "lifecycle_scripts") if existing else ("slurm_conf",)
-    unused += () if provider == "ssh" else ("ssh",)
+    unused += () if provider in ("ssh", "existing") else ("ssh",)
     for key in unused:
         if key in d:
             raise SpecError(source, key, f"is not used by the {provider} provider")
@@ -407,6 +426,12 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
             raise SpecError(
                 source, "lifecycle_scripts", f"has no on_create.sh in {lifecycle}", d["lifecycle_scripts"]
             )
+    recovery = _recovery(source, d.get("recovery"), adopted=existing)
+    if existing and (recovery.health_loops or recovery.spare_script) and "ssh" not in d:
+        raise SpecError(
+            source, "ssh", "is required by recovery.health_loops and recovery.spare_script (how hyperscope "
+            "reaches the nodes at their NodeAddr)",
+        )  # fmt: skip
     return ClusterSpec(
         name=_name(source, "name", d["name"]),
         provider=provider,
@@ -416,8 +441,8 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
         slurm=_slurm(source, d.get("slurm"), ssh=provider == "ssh"),
         source=source.resolve(),
         slurm_conf=slurm_conf,
-        ssh=_ssh(source, d.get("ssh")) if provider == "ssh" else None,
-        recovery=_recovery(source, d.get("recovery"), adopted=existing),
+        ssh=_ssh(source, d.get("ssh")) if provider == "ssh" or "ssh" in d else None,
+        recovery=recovery,
     )
 
 
