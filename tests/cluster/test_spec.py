@@ -178,7 +178,7 @@ def test_a_backup_controller_is_a_flag_locally_a_host_on_ssh_and_the_operators_o
         parse_spec(adopted, tmp_path / "a.yaml")
     (tmp_path / "lc").mkdir()
     (tmp_path / "lc" / "on_create.sh").write_text("true\n")
-    ssh = {
+    ssh: dict[str, object] = {
         "name": "s", "provider": "ssh", "lifecycle_scripts": "lc", "shared_dir": "s",
         "instance_groups": [{"name": "c", "role": "controller", "count": 1, "hosts": ["10.0.0.1"]},
                             {"name": "w", "role": "worker", "count": 1, "hosts": ["10.0.0.2"]}],

@@ -224,6 +224,40 @@ def test_a_spare_the_script_fails_on_is_left_out_of_the_partition_as_a_ticket(ad
     assert "ticket workers-1: recovery.spare_script" in ad.tickets.read_text()
 
 
+def test_the_operators_controller_is_restarted_only_through_the_specs_command(adopted: Adopted) -> None:
+    ad, root = adopted, adopted.real.run_dir
+    home = Path(ad.state.dir).parents[1]
+    slurm = Slurm(Path(ad.state.slurm_conf))
+    assert slurm.controllers() == {"h1": "DOWN", "h2": "UP"}  # left alone so far
+    h = ad.hosts
+    ssh = f"ssh -p {h.port} -i {h.key} -o BatchMode=yes -o StrictHostKeyChecking=no"
+    ssh += " -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+    remote = (
+        f"cd {root} || exit 1; env HYPERSCOPE_CLUSTER_DIR={root} setsid slurmctld -D -f {root}/etc/slurm.conf "
+        f"> {root}/log/restarted.out 2>&1 < /dev/null &"
+    )
+    restart = ad.tmp / "restart-ctld.sh"
+    restart.write_text(f'#!/bin/bash\nset -e\n{ssh} root@"$2" "{remote}"\necho "restarted $1 at $2"\n')
+    restart.chmod(0o755)
+    spec = yaml.safe_load((ad.tmp / "adopt.yaml").read_text())
+    spec["name"] = "fixer"
+    spec["recovery"] = {"agent": True, "restart_controller_command": f"{restart} $1 $2"}
+    (ad.tmp / "fixer.yaml").write_text(yaml.safe_dump(spec))
+    fixer = manage.create(ad.tmp / "fixer.yaml", home)
+    try:
+        done = wait_for("the restart", lambda: _first(fixer, 0, kind="restart", phase="done"), 60)
+        assert isinstance(done, dict) and done["nodes"] == ["h1"]
+        decided = _first(fixer, 0, kind="restart", phase="decided")
+        assert decided is not None
+        assert (
+            decided["reason"] == "h1 DOWN (scontrol ping); h2 in control: recovery.restart_controller_command"
+        )
+        assert wait_for("h1 up", lambda: slurm.controllers() == {"h1": "UP", "h2": "UP"}, 60)
+    finally:
+        print((Path(fixer.dir) / "agent.log").read_text())  # shown when the test fails
+        manage.delete("fixer", home)
+
+
 def test_delete_stops_the_loops_and_leaves_the_operators_daemons(adopted: Adopted) -> None:
     ad, state = adopted, adopted.state
     loops = [

@@ -161,8 +161,7 @@ def test_a_failing_health_check_on_a_host_drains_its_node_and_the_agent_re_creat
         return out.split()
 
     for node in ("workers-1", "workers-2"):  # one loop per node, beside its slurmd, on its host
-        argv = wait_for(f"{node}'s health loop", lambda n=node: "--loop" in loop(n), 30)
-        assert argv
+        assert wait_for(f"{node}'s health loop", lambda n=node: "--loop" in loop(n), 30)  # type: ignore[misc]
         assert loop(node)[loop(node).index("--parent") + 1] == str(_proc(state, "slurmd", node).pid)
         assert loop(node)[loop(node).index("--node") + 1] == node
     sick = "workers-2"

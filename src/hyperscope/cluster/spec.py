@@ -103,8 +103,8 @@ class RecoverySettings:
     replace_command: str = ""
     #: run (as above, the reason as ``$3``) when a node needs what the agent cannot do: a ticket
     ticket_command: str = ""
-    #: existing: how a controller found DOWN by ``scontrol ping`` is started again (its host name
-    #: as ``$1`` and ``$2``); "" = the operator's controllers are never restarted, only logged
+    #: existing: how a controller found DOWN by ``scontrol ping`` is started again (its name as
+    #: ``$1``, its address as ``$2``); "" = the operator's controllers are never restarted, only logged
     restart_controller_command: str = ""
     #: the brake on automatic replacements: at most this many in any ``replacement_window_s`` s
     max_replacements: int = 4

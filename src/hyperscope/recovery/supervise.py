@@ -10,7 +10,8 @@
 * **existing**: the controllers are the operator's. The agent's Slurm commands reach whichever
   controller answers (slurm.conf names both), ``scontrol ping`` is read at the same pace, and a
   controller found DOWN is logged once; it is restarted only through the spec's
-  ``recovery.restart_controller_command``, never otherwise.
+  ``recovery.restart_controller_command`` (the controller's name as ``$1``, its address as
+  ``$2``), never otherwise.
 """
 
 from __future__ import annotations
@@ -137,8 +138,9 @@ def _adopted(agent: Agent, state: ClusterState) -> list[Action]:
     action = Action(Kind.RESTART, tuple(down), f"{why}: recovery.restart_controller_command")
     base: dict[str, Any] = {"kind": action.kind.value, "nodes": down, "job": None}
     agent.log({**base, "phase": "decided", "reason": action.reason})
+    addrs = _addresses(agent, state)
     for host in down:
-        node = NodeState(host, "controller", "controller", False, False, host=host)
+        node = NodeState(host, "controller", "controller", False, False, host=addrs.get(host, host))
         try:
             run_hook(command, state, node, action.reason, what="restart_controller_command")
         except ClusterError as exc:
@@ -147,6 +149,20 @@ def _adopted(agent: Agent, state: ClusterState) -> list[Action]:
             return [action]
     agent.log({**base, "phase": "done"})
     return [action]
+
+
+def _addresses(agent: Agent, state: ClusterState) -> dict[str, str]:
+    """Each controller's name → its address, as slurm.conf's ``SlurmctldHost=NAME(ADDR)`` says."""
+    try:
+        config = agent._ops(state).slurm().config()
+    except SlurmError:
+        return {}
+    out = {}
+    for key, value in config.items():
+        name, _, addr = value.partition("(")
+        if key.startswith("SlurmctldHost") and addr.endswith(")"):
+            out[name] = addr[:-1]
+    return out
 
 
 __all__ = ["supervise"]
