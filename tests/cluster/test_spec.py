@@ -190,3 +190,41 @@ def test_a_backup_controller_is_a_flag_locally_a_host_on_ssh_and_the_operators_o
     ssh["slurm"] = {"backup_controller": True}  # which host, on the ssh provider?
     with pytest.raises(SpecError, match=r"slurm\.backup_controller: names the backup controller's host"):
         parse_spec(ssh, tmp_path / "s.yaml")
+
+
+def test_an_adopted_clusters_opt_ins_need_ssh_and_are_the_existing_providers(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    (tmp_path / "spare.sh").write_text("true\n")
+    adopted: dict[str, object] = {
+        "name": "a",
+        "provider": "existing",
+        "slurm_conf": str(conf),
+        "shared_dir": "s",
+    }
+    plain = parse_spec(adopted, tmp_path / "a.yaml")
+    assert plain.ssh is None and not plain.recovery.health_loops and plain.recovery.spare_script is None
+    adopted["recovery"] = {
+        "health_loops": True,
+        "spare_script": "spare.sh",
+        "restart_controller_command": "x $1",
+    }
+    with pytest.raises(SpecError, match=r"a\.yaml: ssh: is required by recovery\.health_loops"):
+        parse_spec(adopted, tmp_path / "a.yaml")
+    adopted["ssh"] = {"port": 2222, "python": "/opt/hs/bin/python"}
+    spec = parse_spec(adopted, tmp_path / "a.yaml")
+    assert spec.ssh is not None and spec.ssh.port == 2222 and spec.ssh.python == "/opt/hs/bin/python"
+    r = spec.recovery
+    assert (
+        r.health_loops and r.spare_script == tmp_path / "spare.sh" and r.restart_controller_command == "x $1"
+    )
+    adopted["recovery"] = {"spare_script": "missing.sh"}
+    with pytest.raises(SpecError, match=r"recovery\.spare_script: no such file: .*missing\.sh"):
+        parse_spec(adopted, tmp_path / "a.yaml")
+    adopted["recovery"], adopted["ssh"] = {}, {"python": "python3"}
+    with pytest.raises(SpecError, match=r"ssh\.python: must be the absolute path"):
+        parse_spec(adopted, tmp_path / "a.yaml")
+    local = _valid()
+    local["recovery"] = {"health_loops": True}  # local and ssh nodes always have their loop
+    with pytest.raises(SpecError, match=r"recovery\.health_loops: is the existing provider's"):
+        parse_spec(local, DATA / "valid.yaml")

@@ -310,6 +310,11 @@ class SshProvider:
             spools = " ".join(shlex.quote(f"{root}/spool/{n.name}") for n in state.nodes if n.host == host)
             hosts.run(host, f"rm -rf {q} && mkdir -p {q}/log {q}/state {spools} && tar -C {q} -xf - "
                             f"&& chmod 755 {q} {q}/munge", stdin=bundle)  # fmt: skip
+            py = shlex.quote(ssh_health.python(state))
+            if any(n.slurm and n.host == host for n in state.nodes) and hosts.run(
+                host, f"[ -x {py} ] && echo yes || echo no"
+            ).strip() != "yes":  # fmt: skip
+                state.notes.append(f"no health loop on {host}: no {py} there (spec: ssh.python)")
 
         def daemon(node: NodeState, role: str, argv: list[str], log: str) -> None:
             pid, start = hosts.run(
