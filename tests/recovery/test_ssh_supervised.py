@@ -24,7 +24,7 @@ from hyperscope.cluster import manage, ssh_health
 from hyperscope.cluster.local import missing_requirements
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.ssh import slurm_for
-from hyperscope.cluster.state import ClusterError, ClusterState
+from hyperscope.cluster.state import ClusterError, ClusterState, Proc, alive
 from hyperscope.recovery.agent import read_log
 from tests.recovery import netns
 from tests.recovery.conftest import ROOT, wait_for
@@ -196,11 +196,38 @@ def test_a_failing_health_check_on_a_host_drains_its_node_and_the_agent_re_creat
     assert loop(sick)[loop(sick).index("--parent") + 1] == str(new)
 
 
+def test_the_agent_and_its_keeper_on_this_machine_restart_each_other(
+    cluster: tuple[ClusterState, netns.Hosts],
+) -> None:
+    state, _ = cluster
+    keeper = wait_for(
+        "the keeper", lambda: next((p for p in _now(state).procs if p.role == "keeper"), None), 30
+    )
+    agent = _proc(state, "agent")
+    assert isinstance(keeper, Proc) and alive(keeper) and alive(agent)
+    os.kill(agent.pid, signal.SIGKILL)
+    new = wait_for(
+        "a new agent", lambda: (p := _proc(state, "agent")).pid != agent.pid and alive(p) and p, 40
+    )
+    assert isinstance(new, Proc)
+    assert (
+        "keeper: the agent of sup was gone: started again"
+        in (Path(state.dir) / "log" / "keeper.out").read_text()
+    )
+    os.kill(keeper.pid, signal.SIGKILL)
+    again = wait_for(
+        "a new keeper", lambda: (p := _proc(state, "keeper")).pid != keeper.pid and alive(p) and p, 40
+    )
+    assert isinstance(again, Proc)
+
+
 def test_delete_stops_both_controllers_and_every_health_loop_on_every_host(
     cluster: tuple[ClusterState, netns.Hosts],
 ) -> None:
     state, hosts = cluster
+    here = [p for p in _now(state).procs if p.role in ("agent", "keeper")]
     assert manage.delete(state.name, _home(state))
+    assert here and not any(alive(p) for p in here)
     left = [p for h in hosts.hosts for p in hosts.pids(h) if p != h.sshd.pid]
     assert left == [], "delete left processes on the hosts"
     assert not (Path(state.shared_dir) / "slurm-state" / "sup").exists()

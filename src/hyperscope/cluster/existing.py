@@ -27,6 +27,7 @@ from hyperscope.cluster.state import (
     ClusterError,
     ClusterState,
     NodeState,
+    Proc,
     Progress,
     cluster_lock,
     clusters_dir,
@@ -49,6 +50,7 @@ class ExistingProvider:
             raise ClusterError(f"{spec.source}: slurm_conf: is required by the existing provider")
         with cluster_lock(self.home, spec.name):
             d = clusters_dir(self.home) / spec.name
+            kept: list[Proc] = []
             if (d / "cluster.json").is_file():
                 old = ClusterState.load(d)
                 if old.provider != "existing" or old.spec_digest != spec_digest(spec):
@@ -56,6 +58,8 @@ class ExistingProvider:
                         f"cluster {spec.name!r} exists with another spec ({old.spec_path}); "
                         f"`hyperscope cluster delete {spec.name}` first"
                     )
+                existing_ops.stop_health_loops(old)  # adopted again: fresh loops below, not twice
+                kept = [p for p in old.procs if p.role in ("agent", "keeper")]
             slurm = self._slurm(spec.slurm_conf)
             say("*", f"asking slurmctld ({spec.slurm_conf})")
             try:
@@ -86,6 +90,7 @@ class ExistingProvider:
                 if spec.ssh
                 else {},
             )
+            state.procs = kept
             for n in nodes:
                 group = n.partitions[0] if n.partitions else (default or "(no partition)")
                 state.nodes.append(

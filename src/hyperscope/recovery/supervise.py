@@ -6,7 +6,8 @@
 * **ssh**: the same, on the controllers' hosts: every :data:`ssh_ctld.CHECK_EVERY_S` seconds one
   ssh step per controller host (the primary's, and the backup's with
   ``slurm.backup_controller: HOST``) finds which recorded daemons are gone, and each is started
-  again on its own host; a restarted primary takes control back from the backup.
+  again on its own host; a restarted primary takes control back from the backup. The agent also
+  starts its keeper again if it died (:mod:`hyperscope.recovery.keeper`: they watch each other).
 * **existing**: the controllers are the operator's. The agent's Slurm commands reach whichever
   controller answers (slurm.conf names both), ``scontrol ping`` is read at the same pace, and a
   controller found DOWN is logged once; it is restarted only through the spec's
@@ -24,6 +25,7 @@ from hyperscope.cluster import ssh_ctld
 from hyperscope.cluster.operate import run_hook
 from hyperscope.cluster.slurm import SlurmError
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, alive, cluster_lock
+from hyperscope.recovery import keeper
 from hyperscope.recovery.decide import Action, Kind, decide_daemons
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ def supervise(agent: Agent, state: ClusterState) -> list[Action]:
     if state.provider not in ("ssh", "existing") or now - agent.ctld_checked < ssh_ctld.CHECK_EVERY_S:
         return []
     agent.ctld_checked = now
+    keeper.ensure(agent.home, state)  # the agent's own keeper (it, in turn, restarts this agent)
     if state.provider == "existing":
         return _adopted(agent, state)
     from hyperscope.cluster.ssh import Hosts, settings  # the ssh provider's only
