@@ -98,6 +98,8 @@ def test_the_wheel_works_in_a_fresh_venv(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("hyperscope-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert "hyperscope/server/static/index.html" in zf.namelist()
+        # the real GPU recording `hyperscope demo` imports where there is no GPU
+        assert "hyperscope/_samples/h200_transformer_bf16.pt.trace.json.gz" in zf.namelist()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hyperscope import Store
+from hyperscope._samples import H200_TRACE
 from hyperscope.analysis import Scope
 from hyperscope.analysis.memory import peak_memory
 from hyperscope.analysis.memory_view import allocations_at_peak, memory_curve
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def torch211(tmp_path_factory: pytest.TempPathFactory) -> Profile:
     home = tmp_path_factory.mktemp("memview") / "home"
-    trace = REPO / "tests" / "data" / "h200_torch211" / "h200_transformer_bf16.pt.trace.json.gz"
+    trace = H200_TRACE
     with Store(home) as store:
         store.import_traces([trace], "torch211")
         return store.profile("torch211")

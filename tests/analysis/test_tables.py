@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hyperscope import Store
+from hyperscope._samples import H200_TRACE
 from hyperscope.analysis import annotation_stats, kernel_summary
 from hyperscope.analysis.tables import annotation_table, kernel_table, operator_table, self_times
 from hyperscope.store.profile import Profile
@@ -29,7 +30,7 @@ def h200(tmp_path_factory: pytest.TempPathFactory) -> Profile:
 def torch211(tmp_path_factory: pytest.TempPathFactory) -> Profile:
     """torch.profiler's own trace of the H200 run (tests/data): nested operators, record_shapes."""
     home = tmp_path_factory.mktemp("tables-torch") / "home"
-    trace = REPO / "tests" / "data" / "h200_torch211" / "h200_transformer_bf16.pt.trace.json.gz"
+    trace = H200_TRACE
     with Store(home) as store:
         store.import_traces([trace], "torch211")
         return store.profile("torch211")

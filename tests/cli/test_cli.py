@@ -27,11 +27,28 @@ def test_demo_imports_a_sample_and_prints_its_summary(tmp_path: Path) -> None:
     proc = run(tmp_path, "demo", "--synthetic", "--no-serve", "--ranks", "2", "--steps", "3")
     assert "imported as job demo" in proc.stdout
     assert "ncclKernel_AllReduce" in proc.stdout  # the top-kernels table
+    # a generated sample's GPU rows are made up: the real GPU recording comes beside it
+    assert "a real GPU recording" in proc.stdout and "job h200-sample" in proc.stdout
     again = run(tmp_path, "demo", "--synthetic", "--no-serve", "--ranks", "2", "--steps", "3")
     assert "imported as job demo-2" in again.stdout  # never overwrites an earlier job
+    assert "is job h200-sample already" in again.stdout  # the recording is imported once
     listed = json.loads(run(tmp_path, "jobs", "--json").stdout)
-    assert [j["name"] for j in listed] == ["demo-2", "demo"]
+    assert [j["name"] for j in listed] == ["demo-2", "h200-sample", "demo"]
     assert listed[0]["ranks"] == 2 and listed[0]["status"] == "Completed"
+    none = run(tmp_path / "other", "demo", "--synthetic", "--no-serve", "--no-gpu-sample", "--ranks", "1")
+    assert "h200-sample" not in none.stdout
+
+
+def test_demo_on_a_machine_without_a_gpu_imports_the_real_gpu_recording(tmp_path: Path) -> None:
+    """What a newcomer without a GPU gets besides the CPU run: the shipped H200 recording, with
+    its kernels, launches and copies, as a job of its own whose dashboard is ready."""
+    run(tmp_path, "demo", "--synthetic", "--no-serve", "--ranks", "1", "--steps", "2")
+    listed = {j["name"]: j for j in json.loads(run(tmp_path, "jobs", "--json").stdout)}
+    sample = listed["h200-sample"]
+    assert sample["status"] == "Completed" and sample["profiles"][0]["events"] > 10_000
+    report = json.loads(run(tmp_path, "report", "h200-sample", "--json").stdout)
+    (gpu,) = report["tables"]["gpu_time"]["rows"]
+    assert gpu["compute_ns"] > 0 and gpu["memory_ns"] > 0  # kernels and copies, on one GPU
 
 
 @pytest.mark.capture
@@ -39,9 +56,13 @@ def test_demo_profiles_the_example_for_real(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     proc = run(tmp_path, "demo", "--no-serve", "--steps", "3")
     assert "profiling train_transformer.py" in proc.stdout and "profiled as job demo" in proc.stdout
-    listed = json.loads(run(tmp_path, "jobs", "--json").stdout)
-    assert [(j["name"], j["status"]) for j in listed] == [("demo", "Completed")]
-    assert listed[0]["profiles"][0]["source"] == "capture" and listed[0]["profiles"][0]["events"] > 0
+    listed = {j["name"]: j for j in json.loads(run(tmp_path, "jobs", "--json").stdout)}
+    assert listed["demo"]["status"] == "Completed"
+    assert (
+        listed["demo"]["profiles"][0]["source"] == "capture" and listed["demo"]["profiles"][0]["events"] > 0
+    )
+    # no GPU here: the CPU run recorded no kernel, so the real GPU recording was imported too
+    assert "a real GPU recording" in proc.stdout and set(listed) == {"demo", "h200-sample"}
 
 
 def test_import_jobs_export_rm(tmp_path: Path, synth_job: list[Path]) -> None:

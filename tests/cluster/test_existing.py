@@ -3,6 +3,7 @@ the test), use it, forget it, and leave its daemons running."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 
 from hyperscope.cluster import manage
 from hyperscope.cluster.local import LocalProvider
+from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import ClusterSpec, SpecError, load_spec
 from hyperscope.cluster.state import ClusterError, alive
 
@@ -61,3 +63,33 @@ def test_adopt_use_and_forget(
     assert manage.delete("adopted", home)
     assert all(alive(p) for p in base.procs)  # the adopted cluster's daemons are not ours to stop
     assert [s.name for s in manage.list_clusters(home)] == ["base"]
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("needs_slurm")
+def test_software_update_of_an_adopted_cluster_runs_the_operators_command_on_drained_nodes(
+    tmp_path: Path, make_spec: Callable[..., ClusterSpec], provider: LocalProvider
+) -> None:
+    base = provider.create(make_spec(name="own", workers=2, spares=0))
+    home, record = provider.home, tmp_path / "updates.log"
+    bare = _existing_spec(tmp_path, base.slurm_conf)
+    manage.create(bare, home)
+    say = lambda node, step: None  # noqa: E731
+    with pytest.raises(ClusterError, match=r"recovery\.update_command: an adopted cluster's software"):
+        manage.update_software("adopted", home, say, batch=1, drain_timeout_s=30)
+    with pytest.raises(ClusterError, match=r"is adopted \(existing provider\): its nodes are its operator's"):
+        manage.update(bare, home, say, drain_timeout_s=30)
+    manage.delete("adopted", home)
+    # the node as $1, while it is drained (no job of anyone's lands on it meanwhile)
+    command = f'echo "$1 $(sinfo -h -n "$1" -o %T)" >> {record}'
+    manage.create(_existing_spec(tmp_path, base.slurm_conf, recovery={"update_command": command}), home)
+    done = manage.update_software("adopted", home, say, batch=1, drain_timeout_s=30)
+    assert done == ["workers-1", "workers-2"]
+    assert record.read_text().splitlines() == ["workers-1 drained", "workers-2 drained"]
+    slurm = Slurm(Path(base.slurm_conf))
+    deadline = time.monotonic() + 60  # idle* for a second or so after `state=resume`: Slurm's own
+    while {(n.state, n.flags, n.reason) for n in slurm.nodes()} != {("IDLE", (), "")}:
+        assert time.monotonic() < deadline, slurm.nodes()
+        time.sleep(0.2)
+    assert manage.load("adopted", home).status == "InService"
+    assert all(alive(p) for p in base.procs)  # nothing of the operator's restarted

@@ -39,7 +39,9 @@ def test_the_wrapper_gives_the_health_check_what_slurm_does_not(
     fake_python = tmp_path / "python"
     fake_python.write_text(
         '#!/bin/bash\necho $$ >> "$HYPERSCOPE_SHARED_DIR/pids"\n'
-        'echo "$@" > "$HYPERSCOPE_SHARED_DIR/args"; env > "$HYPERSCOPE_SHARED_DIR/env"\n'
+        # env first, args last, each whole at once: the test reads env once args is there
+        'd="$HYPERSCOPE_SHARED_DIR"; env > "$d/env.$$" && mv "$d/env.$$" "$d/env"\n'
+        'echo "$@" > "$d/args.$$" && mv "$d/args.$$" "$d/args"\n'
         '[ -n "${HOLD:-}" ] && sleep "$HOLD"; exit 0\n'
     )
     fake_python.chmod(0o755)

@@ -3,7 +3,11 @@ cluster (real slurmctld and slurmds) grown, shrunk and updated while a job runs 
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,10 +17,12 @@ import yaml
 from typer.testing import CliRunner
 
 from hyperscope.cli.main import app
+from hyperscope.cluster import manage, nodeops
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import load_spec
-from hyperscope.cluster.state import ClusterState, NodeState, alive
-from hyperscope.cluster.update import plan_update
+from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, alive, start_time, updating_now
+from hyperscope.cluster.update import Updating, plan_update
+from hyperscope.recovery.agent import read_log
 from tests.cluster.conftest import EXAMPLE_LIFECYCLE
 
 
@@ -171,8 +177,113 @@ def _job(slurm: Slurm, job: int) -> tuple[str, str] | None:
     return None if j is None else (j.state, j.nodes)
 
 
-def _until(ready: Any, timeout: float = 60.0) -> None:
+def _until(ready: Any, timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
-    while not ready():
+    while not (value := ready()):
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
+    return value
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("needs_slurm")
+def test_a_node_that_dies_during_a_software_update_of_another_is_recovered_by_the_agent(
+    tmp_path: Path,
+) -> None:
+    """The agent keeps running through an update: it leaves alone the node being updated (which
+    the update publishes in the state) and recovers one that dies meanwhile; the update then
+    takes the recovered node in its turn."""
+    home, d, shared = tmp_path / "home", tmp_path / "spec", tmp_path / "shared"
+    shutil.copytree(EXAMPLE_LIFECYCLE, d / "lifecycle")
+    (d / "lifecycle" / "on_update.sh").write_text(
+        "#!/bin/bash\n"
+        'touch "$HYPERSCOPE_SHARED_DIR/updated-$HYPERSCOPE_NODE"\n'
+        'if [ "$HYPERSCOPE_NODE" = workers-1 ]; then\n'
+        '  for i in $(seq 600); do [ -e "$HYPERSCOPE_SHARED_DIR/go" ] && exit 0; sleep 0.2; done; exit 1\n'
+        "fi\n"
+    )
+    doc: dict[str, Any] = {
+        "name": "live", "provider": "local", "lifecycle_scripts": "lifecycle", "shared_dir": str(shared),
+        "instance_groups": [
+            {"name": "controller", "role": "controller", "count": 1},
+            {"name": "workers", "role": "worker", "count": 2, "spares": 1},
+        ],
+    }  # fmt: skip
+    spec = _write(d, doc)
+    manage.create(spec, home, lambda node, step: None)
+    cdir = home / "clusters" / "live"
+    result: list[object] = []
+    try:
+
+        def run() -> None:
+            try:
+                result.append(manage.update_software("live", home, lambda n, s: None, batch=1,
+                                                     drain_timeout_s=120))  # fmt: skip
+            except Exception as exc:
+                result.append(exc)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        _until(lambda: (shared / "updated-workers-1").is_file(), 120)
+        during = ClusterState.load(cdir)
+        assert during.status == "Updating" and during.updating == ["workers-1"]
+        assert nodeops.signal_node(during, "workers-2", signal.SIGKILL)  # a crash elsewhere
+
+        def recovered() -> dict[str, Any] | None:
+            return next(
+                (r for r in read_log(cdir) if r.get("nodes", [""])[:1] == ["workers-2"]
+                 and r.get("phase") == "done" and r["kind"] in ("replace", "reboot")),
+                None,
+            )  # fmt: skip
+
+        done = _until(recovered, 120)
+        assert not worker.is_alive() or ClusterState.load(cdir).updating == ["workers-1"]
+        (shared / "go").touch()
+        worker.join(300)
+        assert result and isinstance(result[0], list), result
+        assert result[0] == ["controller-1", "workers-1", "workers-2", "workers-3"]
+        assert not any("workers-1" in r.get("nodes", []) for r in read_log(cdir) if r["kind"] != "start")
+        assert done["kind"] in ("replace", "reboot")
+        slurm = Slurm(Path(ClusterState.load(cdir).slurm_conf))
+        _until(lambda: all(n.state == "IDLE" and not n.flags and not n.reason for n in slurm.nodes()))
+        after = ClusterState.load(cdir)
+        assert after.status == "InService" and after.updating == [] and after.update_pid == 0
+        assert sorted(p.name for p in shared.glob("updated-*")) == [
+            "updated-controller-1", "updated-workers-1", "updated-workers-2", "updated-workers-3"
+        ]  # fmt: skip
+    finally:
+        (shared / "go").touch()
+        for log in [cdir / "log" / "slurmctld.log", cdir / "agent.log"]:
+            print(log, log.read_text()[-3000:] if log.is_file() else "(none)")  # shown when it fails
+        manage.delete("live", home)
+
+
+def test_the_nodes_an_update_publishes_count_only_while_that_update_runs(tmp_path: Path) -> None:
+    """What the agent skips (``updating_now``) is the published list of a live update only; a
+    killed update's list is ignored, and the next update takes over its Updating status."""
+    home = tmp_path / "home"
+    d = home / "clusters" / "u"
+    d.mkdir(parents=True)
+    state = _state([("workers", "workers-1", False), ("workers", "workers-2", False)])
+    state.dir = str(d)
+    state.status, state.updating = "Updating", ["workers-1"]
+    state.update_pid, state.update_start = os.getpid(), start_time(os.getpid()) or 0
+    assert updating_now(state) == {"workers-1"}
+    state.save()
+    with pytest.raises(ClusterError, match="another update runs"):
+        Updating(home, "u", None).__enter__()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state.update_pid = dead.pid  # gone: its list no longer holds the agent back
+    assert updating_now(state) == set()
+    state.save()
+    with Updating(home, "u", None) as up:
+        assert up.state.update_pid == os.getpid() and up.state.updating == []
+        up.act_on(["workers-2"])
+        assert updating_now(ClusterState.load(d)) == {"workers-2"}
+    after = ClusterState.load(d)
+    assert (after.status, after.update_pid, after.updating) == ("InService", 0, [])
+    after.node("workers-1").status = "Replacing"  # the agent at work: an update waits its turn
+    after.save()
+    with pytest.raises(ClusterError, match=r"is InService \(the agent is recovering workers-1\)"):
+        Updating(home, "u", None).__enter__()

@@ -96,7 +96,7 @@ def test_the_agent_recovers_nodes_of_an_adopted_multi_host_cluster(
         )  # fmt: skip
         wait_for("the local munged", lambda: (m / "munge.sock").exists(), 10)
 
-        record = tmp_path / "tickets.log"
+        record, updates = tmp_path / "tickets.log", tmp_path / "updates.log"
         restart = _restart_script(tmp_path, hosts, root)
         spec = tmp_path / "adopt.yaml"
         spec.write_text(
@@ -110,6 +110,8 @@ def test_the_agent_recovers_nodes_of_an_adopted_multi_host_cluster(
                         "agent": True,
                         "reboot_command": f"{restart} $1 $2",
                         "ticket_command": f'echo "ticket $1 $2: $3" >> {record}',
+                        # the operator's software update: recorded while drained, slurmd restarted
+                        "update_command": f'echo "$1 $2" >> {updates} && {restart} $1 $2',
                     },
                 }
             )
@@ -155,6 +157,17 @@ def test_the_agent_recovers_nodes_of_an_adopted_multi_host_cluster(
         r = wait_for("the ticket closed", lambda: _ended(adopted, "ticket", "workers-1"), 30)
         assert isinstance(r, dict) and r["phase"] == "closed"
         assert manage.load("adopted", home).node("workers-1").status == "Running"
+
+        # a software update through the operator's command, two nodes at a time, the agent on
+        wait_for("every node idle", lambda: {(n.state, n.flags) for n in slurm.nodes()} == {("IDLE", ())}, 60)
+        done_ = manage.update_software("adopted", home, lambda n, s: None, batch=2, drain_timeout_s=60)
+        assert done_ == ["workers-1", "workers-2", "workers-3"]
+        hosts_of = {n: real.node(n).host for n in ("workers-1", "workers-2", "workers-3")}
+        assert updates.read_text().splitlines() == [f"{n} {h}" for n, h in hosts_of.items()]
+        for node in ("workers-1", "workers-3"):  # slurmd restarted on its own host
+            assert hosts.ssh(real.node(node).host, f"ls {root}/log/restarted-{node}.out").strip()
+        wait_for("every node back", lambda: {(n.state, n.flags) for n in slurm.nodes()} == {("IDLE", ())}, 60)
+        assert manage.load("adopted", home).status == "InService"
     finally:
         if (home / "clusters" / "adopted" / "agent.log").is_file():  # shown when the test fails
             print((home / "clusters" / "adopted" / "agent.log").read_text())

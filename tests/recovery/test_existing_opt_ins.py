@@ -233,8 +233,8 @@ def test_the_operators_controller_is_restarted_only_through_the_specs_command(ad
     ssh = f"ssh -p {h.port} -i {h.key} -o BatchMode=yes -o StrictHostKeyChecking=no"
     ssh += " -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
     remote = (
-        f"cd {root} || exit 1; env HYPERSCOPE_CLUSTER_DIR={root} setsid slurmctld -D -f {root}/etc/slurm.conf "
-        f"> {root}/log/restarted.out 2>&1 < /dev/null &"
+        f"cd {root} || exit 1; env HYPERSCOPE_CLUSTER_DIR={root} setsid slurmctld -D "
+        f"-f {root}/etc/slurm.conf > {root}/log/restarted.out 2>&1 < /dev/null &"
     )
     restart = ad.tmp / "restart-ctld.sh"
     restart.write_text(f'#!/bin/bash\nset -e\n{ssh} root@"$2" "{remote}"\necho "restarted $1 at $2"\n')

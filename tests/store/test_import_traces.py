@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hyperscope import Store
+from hyperscope._samples import H200_TRACE
 from hyperscope.schema.events import EventKind
 from tests.conftest import TRACE_SETS, shared_trace_set
 from tests.tracejson import counts_by_kind, linked_in_source, linked_in_store, load, normalized_events
@@ -122,9 +123,6 @@ def test_ns_precision_timestamps_keep_every_digit(store: Store) -> None:
         "SELECT ts_ns, dur_ns FROM events WHERE name = 'DivBackward1' AND ph = 'X' ORDER BY ts_ns LIMIT 1"
     ).fetchall()[0]
     assert row == (1712195495519695812, 53090)
-
-
-H200_TRACE = Path(__file__).parents[1] / "data" / "h200_torch211" / "h200_transformer_bf16.pt.trace.json.gz"
 
 
 def test_fresh_h200_trace_from_torch_2_11(store: Store, tmp_path: Path) -> None:

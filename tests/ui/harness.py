@@ -45,19 +45,25 @@ def missing() -> str | None:
 
 
 @contextmanager
-def ui_server(home: Path, timeout_s: float = 60.0) -> Iterator[str]:
-    """``hyperscope ui --port 0`` over ``home`` in a child process; yields its base URL."""
-    argv = [sys.executable, "-m", "hyperscope", "ui", "--port", "0", "--no-browser", "--home", str(home)]
+def ui_server(
+    home: Path, timeout_s: float = 60.0, command: tuple[str, ...] = ("ui",), seen: list[str] | None = None
+) -> Iterator[str]:
+    """``hyperscope ui --port 0`` over ``home`` in a child process; yields its base URL.
+    ``command``: another command that ends serving the UI (``demo``); ``seen``: its output lines
+    up to the URL."""
+    argv = [sys.executable, "-m", "hyperscope", *command, "--port", "0", "--no-browser", "--home", str(home)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     assert proc.stdout is not None
-    seen: list[str] = []
+    want_all = seen is not None
+    seen = [] if seen is None else seen
     try:
         url = None
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + timeout_s
-        while url is None:
+        # the URL, and with ``seen`` asked for every line the server prints before it serves
+        while url is None or (want_all and not seen[-1].startswith("press Ctrl+C")):
             if proc.poll() is not None or time.monotonic() > deadline:
                 rest = proc.stdout.read() if proc.poll() is not None else ""
                 raise RuntimeError(f"hyperscope ui did not start: {''.join(seen)}{rest}")
@@ -66,7 +72,7 @@ def ui_server(home: Path, timeout_s: float = 60.0) -> Iterator[str]:
             line = proc.stdout.readline()
             seen.append(line)
             for word in line.split():
-                if word.startswith("http://"):
+                if url is None and word.startswith("http://"):
                     url = word.rstrip("/")
         sel.close()
         _wait_ready(url, deadline)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from hyperscope import Store
+from hyperscope._samples import H200_TRACE
 from hyperscope.analysis import Scope
 from hyperscope.analysis.memory import peak_memory
 from hyperscope.analysis.memory_view import allocations_at_peak
-from tests.conftest import REPO
 from tests.ui.conftest import Served, _serve, screenshot
 from tests.ui.pages import load_job, open_jobs, option, wait_dashboard
 
@@ -25,7 +25,7 @@ JOB = "torch211-memory"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("ui-memory") / "home"
-    trace = REPO / "tests" / "data" / "h200_torch211" / "h200_transformer_bf16.pt.trace.json.gz"
+    trace = H200_TRACE
     with Store(home) as store:
         store.import_traces([trace], JOB)
     yield from _serve(home, JOB, 1)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from hyperscope import Store
+from hyperscope._samples import H200_TRACE
 from hyperscope.analysis.tables import annotation_table, kernel_table, operator_table
-from tests.conftest import REPO
 from tests.ui.conftest import Served, _serve, screenshot
 from tests.ui.pages import TIMEOUT_MS, load_job, open_jobs
 
@@ -26,7 +26,7 @@ TABLES = "window.__hyperscope.tables"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("ui-tables") / "home"
-    trace = REPO / "tests" / "data" / "h200_torch211" / "h200_transformer_bf16.pt.trace.json.gz"
+    trace = H200_TRACE
     with Store(home) as store:
         store.import_traces([trace], JOB)
     yield from _serve(home, JOB, 1)

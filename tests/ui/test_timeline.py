@@ -71,6 +71,9 @@ def wait_tile(pg: Any, before: int) -> None:
 
 
 def click_row(pg: Any, row_id: str) -> None:
+    """Open a group by a click on its line; one the first look opened already stays open."""
+    if pg.evaluate(f"(id) => {TL}.state.layout.some(r => r.id === id && r.open)", row_id):
+        return
     before = state(pg, "s.tiles")
     y = pg.evaluate(f"(id) => {TL}.rowY(id)", row_id)
     assert y is not None, row_id
@@ -211,12 +214,20 @@ def kernel_flow(pg: Any, served: Served, streams: list[str], step: str, search: 
 def test_h200_timeline(page: Any, h200: Served) -> None:
     open_timeline(page, h200)
     screenshot(page, "timeline-h200-open")
+    # the first look: the first node, its first GPU and so the GPU's host thread and stream open
+    gpu = next(i for i in child_ids(page, "node/vm") if i.startswith("gpu/"))
+    opened = state(page, "s.layout.filter(r => r.open).map(r => r.id)")
+    assert opened == ["job", "node/vm", gpu]
+    host = next(i for i in child_ids(page, gpu) if i.startswith("host/"))
+    assert {host, "stream/0/0/7"} <= set(state(page, "s.tile.rows"))
+    assert state(page, "s.tile.ts.length") > 0
     # a closed node shows what ran on its GPUs' streams, flattened on its line
+    before = state(page, "s.tiles")
+    page.evaluate(f"() => {TL}.toggle('node/vm', false)")
+    wait_tile(page, before)
     assert state(page, "s.tile.rows") == ["stream/0/0/7"]
     assert state(page, "s.tile.binCol.length + s.tile.ts.length") > 0
     click_row(page, "node/vm")
-    gpu = next(i for i in child_ids(page, "node/vm") if i.startswith("gpu/"))
-    click_row(page, gpu)
     kids = child_ids(page, gpu)
     assert kids[0] == "util/vm/0" and "stream/0/0/7" in kids
     assert state(page, "s.tile.rows").count("stream/0/0/7") == 1

@@ -111,7 +111,9 @@ def update(
     nodes in a group (spares join the partition first), new or removed worker and login groups.
     Nodes that go are drained and their jobs finish first. The controller, Slurm's settings, a
     group's GPUs and the shared folder cannot change in place (delete and create instead).
-    Local provider."""
+    Local and ssh providers (ssh: new nodes on hosts the group lists that no node uses); an
+    adopted cluster's nodes are its operator's, so it refuses there. The agent keeps recovering
+    the nodes the update is not acting on."""
     t0 = time.monotonic()
     progress = _progress(t0)
 
@@ -135,7 +137,9 @@ def update_software(
     folder has one, else on_create.sh again with HYPERSCOPE_UPDATE=1. Login and controller nodes
     first, then Slurm nodes BATCH at a time: drained (their jobs finish), updated, slurmd
     restarted, resumed. A failed node stays drained with the reason "Software update failed"
-    and the update stops. Local provider."""
+    and the update stops. ssh: the spec's lifecycle folder is copied to every host first and the
+    step runs over ssh. existing: the spec's recovery.update_command is run for each drained
+    node instead. The agent keeps recovering the nodes outside the batch."""
     t0 = time.monotonic()
     progress = _progress(t0)
 

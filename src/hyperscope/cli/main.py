@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import duckdb
 import typer
@@ -28,9 +27,13 @@ from rich.text import Text
 
 from hyperscope import __version__
 from hyperscope.cli._options import HomeOption, err, out
+from hyperscope.cli._options import fail as _fail
+from hyperscope.cli._options import open_store as _store
+from hyperscope.cli._summary import mb, print_summary
 from hyperscope.cli.agent import agent_command
 from hyperscope.cli.capture import capture_command
 from hyperscope.cli.cluster import cluster_app, submit
+from hyperscope.cli.demo import demo
 from hyperscope.cli.diff import diff as diff_command
 from hyperscope.cli.health import health_command
 from hyperscope.cli.inplace import restart_in_place_command
@@ -42,7 +45,7 @@ from hyperscope.cli.ui import ui as ui_command
 from hyperscope.errors import HyperscopeError, UsageError
 from hyperscope.store.catalog import Job, JobStatus
 from hyperscope.store.store import ImportReport, Store
-from hyperscope.store.summary import Summary, summarize
+from hyperscope.store.summary import summarize
 
 
 class _Group(typer.core.TyperGroup):
@@ -79,20 +82,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(Text("error: ", style="bold red") + Text(message))
-    raise typer.Exit(code)
-
-
-@contextmanager
-def _store(home: Path | None) -> Iterator[Store]:
-    try:
-        with Store(home) as store:
-            yield store
-    except HyperscopeError as exc:
-        _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
 
 
 @contextmanager
@@ -179,12 +168,12 @@ def import_(
                 f"imported {len(report.files)} file(s), {len(report.ranks)} rank(s) into job "
                 f"[bold]{report.job.name}[/] (profile {report.profile.id}): "
                 f"{read:,} events read, {report.profile.events:,} stored, "
-                f"{read - report.profile.events:,} skipped; {_mb(report.source_bytes)} of JSON → "
-                f"{_mb(profile.disk_bytes())} on disk"
+                f"{read - report.profile.events:,} skipped; {mb(report.source_bytes)} of JSON → "
+                f"{mb(profile.disk_bytes())} on disk"
             )
             for warning in report.warnings:
                 err.print(Text("warning: ", style="bold yellow") + Text(warning))
-            _print_summary(summarize(profile))
+            print_summary(summarize(profile))
         except (HyperscopeError, duckdb.Error, OSError) as exc:
             if _still_there(store, report):
                 raise
@@ -266,7 +255,7 @@ def show(
             profile = store.profile(job)
         except HyperscopeError as exc:
             _fail(str(exc))
-        _print_summary(summarize(profile))
+        print_summary(summarize(profile))
 
 
 @app.command("export")
@@ -294,7 +283,7 @@ def export(
         except HyperscopeError as exc:
             _fail(str(exc), 2 if isinstance(exc, UsageError) else 1)
     for path in written:
-        out.print(f"wrote {path} ({_mb(path.stat().st_size)})")
+        out.print(f"wrote {path} ({mb(path.stat().st_size)})")
 
 
 @app.command("rm")
@@ -311,117 +300,7 @@ def rm(
     out.print(f"removed job {removed.name} and {len(removed.profiles)} profile(s)")
 
 
-@app.command("demo")
-def demo(
-    ranks: Annotated[int, typer.Option(min=1, max=64, help="Ranks of the generated sample.")] = 4,
-    steps: Annotated[
-        int, typer.Option(min=1, max=1000, help="Training steps (of the example, or per sample rank).")
-    ] = 6,
-    job: Annotated[str, typer.Option(help="Job name (made unique: demo, demo-2, ...).")] = "demo",
-    synthetic: Annotated[
-        bool,
-        typer.Option(
-            "--synthetic",
-            help="Import a generated multi-rank sample instead of profiling the example "
-            "(what happens anyway where PyTorch is not installed).",
-        ),
-    ] = False,
-    serve_ui: Annotated[
-        bool, typer.Option("--serve/--no-serve", help="Serve the web UI on the store afterwards.")
-    ] = True,
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port of the UI; 0 picks a free one.")] = 8321,
-    no_browser: Annotated[bool, typer.Option("--no-browser", help="Do not open a browser.")] = False,
-    home: HomeOption = None,
-) -> None:
-    """Profile a small transformer for real (PyTorch installed), else import a generated sample
-    multi-rank trace; print its summary, then serve the web UI on it (stop with Ctrl+C)."""
-    with _store(home) as store:
-        name, home_dir = _demo_name(store, job), store.home
-    example = None if synthetic else _demo_example()
-    profiled = None
-    if example is not None:
-        out.print(f"profiling {example.name} ({steps} steps, tiny sizes) as job [bold]{name}[/] ...")
-        profiled, problem = _demo_profile(example, name, home_dir, steps)
-        if problem:
-            err.print(Text(f"the example could not be profiled ({problem}); using a generated sample"))
-    if profiled is None:
-        if example is not None:  # the failed run may have left its job: the sample gets its own
-            with _store(home_dir) as store:
-                name = _demo_name(store, job)
-        try:
-            report = _demo_sample(home_dir, name, ranks, steps)
-        except HyperscopeError as exc:
-            _fail(str(exc))
-        out.print(
-            f"imported as job [bold]{report.job.name}[/]: {report.profile.events:,} events, "
-            f"{_mb(report.source_bytes)} of JSON → {_mb(report.profile.bytes)} in {home_dir}"
-        )
-    else:
-        out.print(f"profiled as job [bold]{name}[/]: {profiled:,} events in {home_dir}")
-    with _store(home_dir) as store:
-        profile = store.profile(name)
-        _print_summary(summarize(profile))
-    precompute_for_ui(home_dir, name, profile.meta.profile_id)
-    out.print(
-        f"\nnext: `hyperscope report {name}`, `hyperscope jobs`, "
-        f"`hyperscope export {name} --chrome {name}.json.gz`, `hyperscope ui`"
-    )
-    if not serve_ui:
-        return
-    ui_command(port=port, no_browser=no_browser, home=home_dir)
-
-
-#: the example `hyperscope demo` profiles; present in a clone of the repository, not in a wheel
-_DEMO_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_transformer.py"
-
-
-def _demo_name(store: Store, job: str) -> str:
-    """``job``, else ``job-2``, ``job-3``, ...: a demo never adds to an earlier job."""
-    existing = {j.name for j in store.jobs()}
-    name, n = job, 1
-    while name in existing:
-        n += 1
-        name = f"{job}-{n}"
-    return name
-
-
-def _demo_example() -> Path | None:
-    """The example script when it and PyTorch are both here; finding torch does not import it."""
-    import importlib.util
-
-    if not _DEMO_EXAMPLE.is_file() or importlib.util.find_spec("torch") is None:
-        return None
-    return _DEMO_EXAMPLE
-
-
-def _demo_profile(example: Path, job: str, home: Path, steps: int) -> tuple[int | None, str]:
-    """Run the example under the launcher, as `hyperscope profile` would: (events, problem)."""
-    from hyperscope.capture.config import ProfilerConfig
-    from hyperscope.capture.launcher import run
-
-    command = [sys.executable, str(example), "--tiny", "--steps", str(steps), "--no-profile", "--cpu-ops"]
-    # every operator recorded: on a CPU-only machine they are the timeline; tiny sizes keep it short
-    config = ProfilerConfig(job=job, home=home, cpu_ops=True, sample_interval_s=0.1, flush_min_gap_s=0.2)
-    try:
-        result = run(command, config)
-    except HyperscopeError as exc:
-        return None, str(exc)
-    if result.returncode != 0 or result.job is None or result.problem:
-        return None, result.problem or f"the example exited with code {result.returncode}"
-    ref = next((p for p in result.job.profiles if p.id == result.profile_id), None)
-    return (ref.events if ref else 0), ""
-
-
-def _demo_sample(home: Path, job: str, ranks: int, steps: int) -> ImportReport:
-    """A generated multi-rank trace (NCCL, copies, steps), imported like a user's traces."""
-    from hyperscope.store.synth import SynthSpec, write_job
-
-    with Store(home) as store, tempfile.TemporaryDirectory(prefix="hyperscope-demo-") as tmp:
-        paths = write_job(Path(tmp), SynthSpec(ranks=ranks, steps=steps))
-        out.print(f"generated a sample {ranks}-rank trace of {steps} steps in {tmp}")
-        return store.import_traces(paths, job)
-
-
+app.command("demo")(demo)
 app.command("profile")(profile_command)
 app.command("capture")(capture_command)
 app.command("report")(report_command)
@@ -433,34 +312,6 @@ app.command("restart-in-place")(restart_in_place_command)
 app.command("metrics")(metrics_command)
 app.add_typer(cluster_app, name="cluster")
 app.command("submit")(submit)
-
-
-def _print_summary(summary: Summary) -> None:
-    table = Table("rank", "node", "events", "span (ms)", "kernels", "kernel time (ms)", "steps")
-    for r in summary.ranks:
-        table.add_row(
-            str(r.rank),
-            r.node or "-",
-            f"{r.events:,}",
-            f"{r.span_ns / 1e6:,.3f}",
-            f"{r.kernels:,}",
-            f"{r.kernel_ns / 1e6:,.3f}",
-            str(r.steps),
-        )
-    out.print(table)
-    out.print("events by kind: " + ", ".join(f"{k} {v:,}" for k, v in summary.kinds.items()))
-    if summary.samples:
-        out.print(
-            "system samples (mean): "
-            + ", ".join(f"{m} {_mean(m, v)}" for m, (_, v) in summary.samples.items())
-        )
-    for note in summary.notes:
-        out.print(Text(f"note: {note}", style="yellow"))
-    if summary.top_kernels:
-        kt = Table("top kernels by time", "launches", "total (ms)")
-        for name, count, dur in summary.top_kernels:
-            kt.add_row(name if len(name) < 90 else name[:87] + "...", f"{count:,}", f"{dur / 1e6:,.3f}")
-        out.print(kt)
 
 
 def _job_json(job: Job) -> dict[str, object]:
@@ -491,16 +342,6 @@ def _parse_date(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return min(int(moment.timestamp() * 1e9), 2**63 - 1)  # nanoseconds past 2262 do not fit
-
-
-def _mean(metric: str, value: float) -> str:
-    if metric.endswith("_bytes"):
-        return _mb(int(value))
-    return f"{value:,.1f}{'%' if metric.endswith('_pct') else ''}"
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.2f} MB" if n >= 100_000 else f"{n / 1e3:,.1f} KB"
 
 
 def main() -> None:

@@ -78,7 +78,7 @@ def profile(
     The job appears in `hyperscope jobs` as soon as the first rank starts (InProgress), then
     Completed, or Failed when the command fails; hyperscope exits with the command's exit code.
     """
-    from hyperscope.cli.main import _fail
+    from hyperscope.cli._options import fail as _fail
 
     try:
         config = ProfilerConfig(

@@ -46,6 +46,7 @@ def ui(
         Path | None, typer.Option(help="The certificate's private key (PEM).", metavar="PEM")
     ] = None,
     home: HomeOption = None,
+    open_path: Annotated[str, typer.Option(hidden=True)] = "",
 ) -> None:
     """Serve the web UI: jobs, each profile's dashboard, filters by node, rank and steps.
 
@@ -74,6 +75,7 @@ def ui(
             max_rows=max_rows,
             announce=_say,
             tls=(certfile, keyfile) if certfile is not None and keyfile is not None else None,
+            open_path=open_path,
         )
     except (HyperscopeError, OSError) as exc:
         err.print(Text("error: ", style="bold red") + Text(str(exc)))

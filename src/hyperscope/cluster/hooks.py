@@ -87,7 +87,7 @@ def healthcheck_wrapper(
     watchdog = (
         f"""# the agent's watchdog: none holds its lock (it died) -> start one (a second one exits at once)
 d={q(state.dir)}
-if grep -qs '"status": "InService"' "$d/cluster.json" && flock -n "$d/agent.lock" true; then
+if grep -qsE '"status": "(InService|Updating)"' "$d/cluster.json" && flock -n "$d/agent.lock" true; then
     setsid {q(python)} -m hyperscope agent --cluster {q(state.name)} --home {q(str(home))} \\
         >>"$d/log/agent.out" 2>&1 </dev/null &
 fi

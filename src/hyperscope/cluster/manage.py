@@ -87,18 +87,16 @@ def create(
 
 
 def update(spec_file: Path, home: Path, progress: Progress, *, drain_timeout_s: float) -> updates.UpdatePlan:
-    """Change a live local cluster to its edited spec (counts, groups); what was done."""
+    """Change a live cluster to its edited spec (counts, groups); what was done."""
     spec = load_spec(spec_file)
-    return updates.update(LocalProvider(home), spec, progress, drain_timeout_s=drain_timeout_s)
+    return updates.update(home, spec, progress, drain_timeout_s=drain_timeout_s)
 
 
 def update_software(
     name: str, home: Path, progress: Progress, *, batch: int, drain_timeout_s: float
 ) -> list[str]:
     load(name, home)  # a clear "no cluster named" first
-    return updates.update_software(
-        LocalProvider(home), name, progress, batch=batch, drain_timeout_s=drain_timeout_s
-    )
+    return updates.update_software(home, name, progress, batch=batch, drain_timeout_s=drain_timeout_s)
 
 
 def load(name: str, home: Path) -> ClusterState:

@@ -106,6 +106,8 @@ class RecoverySettings:
     #: existing: how a controller found DOWN by ``scontrol ping`` is started again (its name as
     #: ``$1``, its address as ``$2``); "" = the operator's controllers are never restarted, only logged
     restart_controller_command: str = ""
+    #: existing: how ``cluster update-software`` updates one drained node (as above); "" = refused
+    update_command: str = ""
     #: the brake on automatic replacements: at most this many in any ``replacement_window_s`` s
     max_replacements: int = 4
     replacement_window_s: int = 600
@@ -326,7 +328,13 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
         for k, (lo, hi) in limits.items()
     }
-    for k in ("reboot_command", "replace_command", "ticket_command", "restart_controller_command"):
+    for k in (
+        "reboot_command",
+        "replace_command",
+        "ticket_command",
+        "update_command",
+        "restart_controller_command",
+    ):
         command = d.get(k, "")
         if not isinstance(command, str):
             raise SpecError(src, f"recovery.{k}", "must be a shell command (a string)", command)

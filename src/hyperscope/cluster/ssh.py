@@ -176,8 +176,12 @@ class Hosts:
         return run
 
 
-def run_on_create(hosts: Hosts, state: ClusterState, node: NodeState, gpus: int, script: str) -> None:
-    """The lifecycle script for one node on its host, as at create (or on a node re-created)."""
+def run_on_create(
+    hosts: Hosts, state: ClusterState, node: NodeState, gpus: int, script: str, *, update: bool = False
+) -> None:
+    """The lifecycle script for one node on its host, as at create (or on a node re-created);
+    ``update``: the software update step (``cluster update-software``), on_update.sh where the
+    host's lifecycle folder has one, else on_create.sh again, with ``HYPERSCOPE_UPDATE=1``."""
     root = state.run_dir
     env = {
         "SLURM_CONF": state.slurm_conf, "HYPERSCOPE_CLUSTER": state.name,
@@ -186,12 +190,14 @@ def run_on_create(hosts: Hosts, state: ClusterState, node: NodeState, gpus: int,
         "HYPERSCOPE_GPUS": str(gpus), "HYPERSCOPE_CONTROLLER": state.controller,
         "HYPERSCOPE_SHARED_DIR": state.shared_dir,
         "HYPERSCOPE_RESOURCE_CONFIG": f"{root}/etc/resource_config.json",
+        **({"HYPERSCOPE_UPDATE": "1"} if update else {}),
     }  # fmt: skip
-    log = f"{root}/log/on_create-{node.name}.log"
     q = shlex.quote(root)
-    cmd = f"cd {q}/lifecycle && {with_env(env, ['bash', 'on_create.sh'])} > {shlex.quote(log)} 2>&1"
+    pick = "s=on_create; " + ("[ -f on_update.sh ] && s=on_update; " if update else "")
+    log = f'{q}/log/"$s"-{shlex.quote(node.name)}.log'
+    cmd = f'cd {q}/lifecycle && {pick}{with_env(env, ["bash"])} "$s.sh" > {log} 2>&1'
     rc = hosts.run(node.host, f"{cmd}; echo $?", timeout=ON_CREATE_TIMEOUT_S).strip()
-    node.output = hosts.run(node.host, f"tail -c 4000 {shlex.quote(log)}")
+    node.output = hosts.run(node.host, f"cd {q}/lifecycle && {pick}tail -c 4000 {log}")
     if rc != "0":
         node.status, node.since = "Failed", time.time()
         raise ClusterError(

@@ -100,6 +100,11 @@ class ClusterState:
     backup_controller: str = ""
     #: the ssh provider's: the address of the backup slurmctld's host
     backup_host: str = ""
+    #: a ``cluster update``/``update-software`` under way: its process (pid, start time; 0 = none)
+    #: and the nodes it acts on now, which the agent leaves alone (:func:`updating_now`)
+    update_pid: int = 0
+    update_start: int = 0
+    updating: list[str] = field(default_factory=list)
 
     def node(self, name: str) -> NodeState:
         for n in self.nodes:
@@ -208,6 +213,17 @@ def processes_with_env(pairs: Iterable[str], *, require: str | None = None) -> l
         if wanted.intersection(env) and (need is None or any(e.startswith(need) for e in env)):
             pids.append(int(entry.name))
     return pids
+
+
+def update_running(state: ClusterState) -> bool:
+    """A ``cluster update``/``update-software`` recorded in the state still runs."""
+    return bool(state.update_pid) and start_time(state.update_pid) == state.update_start
+
+
+def updating_now(state: ClusterState) -> set[str]:
+    """The nodes a live ``cluster update`` acts on now; none when no update runs or the one
+    recorded died (a killed update must not keep its nodes from being recovered)."""
+    return set(state.updating) if update_running(state) else set()
 
 
 def mark_deleting(cluster_dir: Path) -> ClusterState | None:

@@ -1,37 +1,40 @@
-"""``hyperscope cluster update`` and ``update-software`` on a live local cluster, as HyperPod's
-UpdateCluster and UpdateClusterSoftware: change group counts, add or remove groups, or run the
-lifecycle script's update step node by node, without stopping a running job.
+"""``hyperscope cluster update`` and ``update-software``, as HyperPod's UpdateCluster and
+UpdateClusterSoftware: change group counts, add or remove groups, or run the lifecycle script's
+update step node by node, without stopping a running job. Here: the plan and the local provider;
+the ssh and existing providers' steps are in :mod:`hyperscope.cluster.update_ssh`.
 
 What changes is decided first, as data (:func:`plan_update`, pure): spares promoted before new
 nodes are made, idle nodes removed before busy ones, and what an update cannot change (the
 controller, Slurm's settings, a group's GPUs, the shared folder) refused up front with the key
 that differs. Applying it drains the nodes that go, waits for their jobs, and restarts slurmctld
 (Slurm 22.05 learns a changed node list only at a restart; running jobs go on, recovered from its
-saved state) and then ``scontrol reconfigure`` for the slurmds. The agent is stopped meanwhile
-(status Updating, which its watchdog leaves alone) so it takes neither a drained nor a new node for
-a failure, and started again at the end.
+saved state) and then ``scontrol reconfigure`` for the slurmds. The agent keeps running: the
+update publishes the nodes it acts on (:class:`~hyperscope.cluster.updating.Updating`) and the
+agent leaves only those alone, so a node that fails elsewhere meanwhile is still recovered.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperscope.cluster import conf, hooks, jobs, operate
+from hyperscope.cluster import conf, hooks
 from hyperscope.cluster.local import BACKUP, LocalProvider, free_ports, spec_digest
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import ClusterSpec, load_spec
-from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Progress, cluster_lock, stop
+from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Progress, clusters_dir, stop
+from hyperscope.cluster.updating import (
+    REMOVING,
+    Updating,
+    busy_nodes,
+    drain,
+    in_batches,
+    wait_drained,
+    wait_until,
+)
 from hyperscope.errors import HyperscopeError
-
-#: the reason on a node drained by an update, so an operator's ``sinfo -R`` says why; not
-#: "hyperscope: ..." (the health check's prefix, which the agent acts on): a node left drained by
-#: an update that gave up is the operator's to resume
-REMOVING = "Removed by cluster update"
-UPDATING = "Software update (cluster update-software)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,121 +124,90 @@ def saved_spec(state: ClusterState) -> ClusterSpec | None:
         return None
 
 
-def _wait(what: str, ready: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise ClusterError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.5)
-
-
-def _busy(slurm: Slurm, nodes: Collection[str]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for j in slurm.jobs():
-        if j.state in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED") and j.nodes:
-            for n in jobs.expand_hostlist(j.nodes):
-                if n in nodes:
-                    out.setdefault(n, []).append(j.id)
-    return out
-
-
-class Updating:
-    """Status Updating with the agent stopped, for as long as the block runs; InService and the
-    agent back at the end, also when the update failed (the cluster still runs)."""
-
-    def __init__(self, provider: LocalProvider, name: str, *, agent: bool) -> None:
-        self.provider, self.name, self.agent = provider, name, agent
-
-    def __enter__(self) -> ClusterState:
-        with cluster_lock(self.provider.home, self.name):
-            state = ClusterState.load(self.provider.cluster_dir(self.name))
-            if state.status != "InService":
-                raise ClusterError(f"cluster {self.name!r} is {state.status}; an update needs it InService")
-            state.status = "Updating"
-            operate.stop_agent(state)
-            state.save()
-        self.state = state
-        return state
-
-    def __exit__(self, *exc: object) -> None:
-        state = self.state
-        state.status = "InService"
-        state.save()
-        if self.agent:
-            self.provider.start_agent(state)
-
-
-def update(
-    provider: LocalProvider, spec: ClusterSpec, say: Progress, *, drain_timeout_s: float
-) -> UpdatePlan:
-    if spec.provider != "local":
-        raise ClusterError(f"`cluster update` is built for the local provider only, not {spec.provider}")
-    d = provider.cluster_dir(spec.name)
+def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: float) -> UpdatePlan:
+    """``cluster update -f SPEC`` on the spec's provider's cluster."""
+    d = clusters_dir(home) / spec.name
     if not (d / "cluster.json").is_file():
         raise ClusterError(f"no cluster named {spec.name!r}; `hyperscope cluster create -f` makes it")
     state = ClusterState.load(d)
+    if state.provider == "existing" or spec.provider == "existing":
+        raise ClusterError(
+            f"cluster {spec.name!r} is adopted (existing provider): its nodes are its operator's, "
+            "in its own slurm.conf, and `cluster update` makes or removes only nodes hyperscope "
+            "made; change them in Slurm, then `hyperscope cluster create -f` with the same spec "
+            "refreshes the adopted node list (`cluster update-software` works on it)"
+        )
+    if spec.provider == "ssh" and state.provider == "ssh":
+        from hyperscope.cluster import update_ssh
+
+        return update_ssh.update(home, spec, say, drain_timeout_s=drain_timeout_s)
+    return _update_local(LocalProvider(home), spec, say, drain_timeout_s=drain_timeout_s)
+
+
+def _update_local(
+    provider: LocalProvider, spec: ClusterSpec, say: Progress, *, drain_timeout_s: float
+) -> UpdatePlan:
+    state = ClusterState.load(provider.cluster_dir(spec.name))
     slurm = Slurm(Path(state.slurm_conf))
-    plan = plan_update(state, saved_spec(state), spec, _busy(slurm, {n.name for n in state.nodes}))
+    plan = plan_update(state, saved_spec(state), spec, busy_nodes(slurm, {n.name for n in state.nodes}))
     if plan.refused:
         raise ClusterError(f"cannot update {spec.name!r} in place: " + "; ".join(plan.refused))
     if plan.empty:
         say("*", "nothing to change")
         return plan
     say("*", plan.describe())
-    with Updating(provider, spec.name, agent=spec.recovery.agent) as state:
+    agent = provider.start_agent if spec.recovery.agent else None
+    with Updating(provider.home, spec.name, agent) as up:
         gone = set(plan.remove)
-        drained = [n for n in plan.remove if state.node(n).slurm]
-        for n in drained:
-            slurm.run("scontrol", "update", f"nodename={n}", "state=drain", f"reason={REMOVING}", check=False)
-        if held := _busy(slurm, gone):
-            say(
-                "*",
-                "waiting for the jobs on "
-                + ", ".join(f"{n} ({', '.join(map(str, j))})" for n, j in held.items()),
-            )
-        _drained(slurm, sorted(gone), drain_timeout_s, "run `cluster update` again once they end")
-        stop([p for p in state.procs if p.role == "slurmd" and p.node in gone])
-        state.procs = [p for p in state.procs if not (p.role == "slurmd" and p.node in gone)]
-        state.nodes = [n for n in state.nodes if n.name not in gone]
-        for n in plan.promote:
-            state.node(n).spare = False
-        ports = _ports(spec, state, len(plan.add))
-        kinds = {g.name: g for g in spec.groups}
-        for (group, name, spare), port in zip(plan.add, ports, strict=True):
-            g = kinds[group]
-            worker = g.role == "worker"
-            state.nodes.append(
-                NodeState(
-                    name=name,
-                    group=group,
-                    role=g.role,
-                    spare=spare,
-                    slurm=worker,
-                    port=port if worker else None,
+        added = [name for _, name, _ in plan.add]
+        up.act_on([*plan.remove, *plan.promote, *added])
+        drain(slurm, [n for n in plan.remove if up.state.node(n).slurm], REMOVING, say)
+        wait_drained(slurm, sorted(gone), drain_timeout_s, "run `cluster update` again once they end")
+        with up.edit() as state:
+            stop([p for p in state.procs if p.role == "slurmd" and p.node in gone])
+            state.procs = [p for p in state.procs if not (p.role == "slurmd" and p.node in gone)]
+            state.nodes = [n for n in state.nodes if n.name not in gone]
+            for n in plan.promote:
+                state.node(n).spare = False
+            ports = _ports(spec, state, len(plan.add))
+            kinds = {g.name: g for g in spec.groups}
+            for (group, name, spare), port in zip(plan.add, ports, strict=True):
+                worker = kinds[group].role == "worker"
+                state.nodes.append(
+                    NodeState(name, group, kinds[group].role, spare, worker, port=port if worker else None)
                 )
-            )
-        _rewrite(spec, state)
+            _rewrite(spec, state)
+        up.act_on([*plan.promote, *added, state.controller])
         say(state.controller, "restarting slurmctld with the new node list (running jobs go on)")
-        stop([p for p in state.procs if p.role in ("slurmctld", BACKUP)])
-        provider.restart_controller(state)
+        with up.edit() as state:  # the agent's watchdog leaves slurmctld to us meanwhile
+            stop([p for p in state.procs if p.role in ("slurmctld", BACKUP)])
+            provider.restart_controller(state)
         slurm.run("scontrol", "reconfigure", check=False)
-        new = [state.node(name) for _, name, _ in plan.add]
-        for node in new:
-            say(node.name, "running on_create.sh")
-            provider.run_on_create(spec, state, node)
-            if node.slurm:
-                provider.start_slurmd(state, node)
-            node.status, node.since = "Running", time.time()
-        wanted = {n.name for n in new if n.slurm} | set(plan.promote)
-        _wait(
+        up.act_on([*plan.promote, *added])
+        for name in added:
+            node = up.state.node(name)
+            say(name, "running on_create.sh")
+            try:
+                provider.run_on_create(spec, up.state, node)  # minutes, maybe: under no lock
+            finally:
+                with up.edit() as state:
+                    mine = state.node(name)
+                    mine.output, mine.status, mine.since = node.output, node.status, node.since
+                    if mine.status != "Failed":
+                        if mine.slurm:
+                            provider.start_slurmd(state, mine, save=False)
+                        mine.status, mine.since = "Running", time.time()
+        wanted = {n for n in added if up.state.node(n).slurm} | set(plan.promote)
+        wait_until(
             "the new nodes to be idle",
             lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
             60,
         )
-        for node in new:
-            say(node.name, "idle")
-        conf.keep_spec(spec, state)
-        state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
+        for name in added:
+            say(name, "idle")
+        with up.edit() as state:
+            conf.keep_spec(spec, state)
+            state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
     return plan
 
 
@@ -256,7 +228,17 @@ def _rewrite(spec: ClusterSpec, state: ClusterState) -> None:
     state.save()
 
 
-def update_software(
+def update_software(home: Path, name: str, say: Progress, *, batch: int, drain_timeout_s: float) -> list[str]:
+    """``cluster update-software NAME`` on the cluster's provider's nodes."""
+    state = ClusterState.load(clusters_dir(home) / name)
+    if state.provider in ("ssh", "existing"):
+        from hyperscope.cluster import update_ssh
+
+        return update_ssh.update_software(home, state, say, batch=batch, drain_timeout_s=drain_timeout_s)
+    return _software_local(LocalProvider(home), name, say, batch=batch, drain_timeout_s=drain_timeout_s)
+
+
+def _software_local(
     provider: LocalProvider, name: str, say: Progress, *, batch: int, drain_timeout_s: float
 ) -> list[str]:
     """The lifecycle script's update step on every node, ``batch`` Slurm nodes at a time: each is
@@ -265,69 +247,17 @@ def update_software(
     neither the agent nor the next batch touches it — and the update stops there. The nodes
     updated, in order."""
     state = ClusterState.load(provider.cluster_dir(name))
-    if state.provider != "local":
-        raise ClusterError(
-            f"`cluster update-software` is built for the local provider only, not {state.provider}"
-        )
     spec = saved_spec(state) or load_spec(state.spec_path)
     slurm = Slurm(Path(state.slurm_conf))
-    done: list[str] = []
-    with Updating(provider, name, agent=spec.recovery.agent) as state:
-        for node in [n for n in state.nodes if not n.slurm]:
-            say(node.name, "running the update step")
-            provider.run_on_create(spec, state, node, update=True)
-            done.append(node.name)
-        workers = [n.name for n in state.nodes if n.slurm]
-        for i in range(0, len(workers), batch):
-            group = workers[i : i + batch]
-            for n in group:
-                slurm.run(
-                    "scontrol", "update", f"nodename={n}", "state=drain", f"reason={UPDATING}", check=False
-                )
-            if held := _busy(slurm, group):
-                say(
-                    "*",
-                    "waiting for the jobs on "
-                    + ", ".join(f"{n} ({', '.join(map(str, j))})" for n, j in held.items()),
-                )
-            _drained(slurm, group, drain_timeout_s, "run `cluster update-software` again once they end")
-            for n in group:
-                node = state.node(n)
-                say(n, "running the update step")
-                try:
-                    provider.run_on_create(spec, state, node, update=True)
-                except ClusterError:
-                    why = f"Software update failed: see log/on_update-{n}.log or log/on_create-{n}.log"
-                    slurm.run(
-                        "scontrol", "update", f"nodename={n}", "state=drain", f"reason={why}", check=False
-                    )
-                    raise
-                stop([p for p in state.procs if p.role == "slurmd" and p.node == n])
-                state.procs = [p for p in state.procs if not (p.role == "slurmd" and p.node == n)]
-                provider.start_slurmd(state, node)
-                node.status, node.since = "Running", time.time()
-            _wait(f"{', '.join(group)} to register again", functools.partial(_back, slurm, group), 60)
-            for n in group:
-                slurm.run("scontrol", "update", f"nodename={n}", "state=resume", check=False)
-                say(n, "updated and resumed")
-                done.append(n)
-    return done
 
+    def step(node: NodeState) -> None:
+        provider.run_on_create(spec, state, node, update=True)
 
-def _drained(slurm: Slurm, nodes: list[str], timeout: float, then: str) -> None:
-    """Wait for the jobs on drained ``nodes`` to end; past ``timeout`` say which jobs hold them."""
-    try:
-        _wait(f"the jobs on {', '.join(nodes)} to end", lambda: not _busy(slurm, nodes), timeout)
-    except ClusterError:
-        held = _busy(slurm, nodes)
-        jobs_ = ", ".join(f"{n}: job {', '.join(map(str, j))}" for n, j in held.items())
-        raise ClusterError(
-            f"jobs still run after {timeout:g} s ({jobs_}); those nodes stay drained: {then}, or "
-            f"`scontrol update nodename={','.join(held)} state=resume` to give up the change"
-        ) from None
+    def restart(state: ClusterState, node: NodeState) -> None:
+        stop([p for p in state.procs if p.role == "slurmd" and p.node == node.name])
+        state.procs = [p for p in state.procs if not (p.role == "slurmd" and p.node == node.name)]
+        provider.start_slurmd(state, node, save=False)
 
-
-def _back(slurm: Slurm, nodes: list[str]) -> bool:
-    """Registered again after a slurmd restart: answering, not DOWN."""
-    up = {x.name for x in slurm.nodes() if x.state != "DOWN" and "NOT_RESPONDING" not in x.flags}
-    return set(nodes) <= up
+    agent = provider.start_agent if spec.recovery.agent else None
+    with Updating(provider.home, name, agent) as up:
+        return in_batches(up, slurm, say, step, restart, batch=batch, drain_timeout_s=drain_timeout_s)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from hyperscope.cluster import nodeops
 from hyperscope.cluster.operate import Outcome, open_ticket
 from hyperscope.cluster.slurm import Job, Slurm, SlurmError
-from hyperscope.cluster.state import ClusterError, ClusterState
+from hyperscope.cluster.state import ClusterError, ClusterState, update_running, updating_now
 from hyperscope.errors import HyperscopeError
 from hyperscope.recovery import spares
 from hyperscope.recovery.decide import Action, Kind
@@ -67,6 +67,9 @@ def _fence(self: Agent, action: Action) -> None:
     swap the spare in."""
     with self._update() as state:
         node = state.node(action.nodes[0])
+        if taken := {node.name, *action.nodes[1:]} & updating_now(state):
+            # published by a `cluster update` since this pass looked: the update's, not ours
+            raise ClusterError(f"{', '.join(sorted(taken))}: a cluster update acts on it; left to it")
         slurm = self._ops(state).slurm()
         replacing = action.kind is Kind.REPLACE
         node.status = "Replacing" if replacing else "Rebooting"
@@ -187,8 +190,10 @@ def _held_after_failed_launch(reason: str) -> bool:
 
 
 def _settled(state: ClusterState) -> Any:
-    """Updating while a node is being worked on, InService once none is."""
-    return "Updating" if any(n.status in ("Replacing", "Rebooting") for n in state.nodes) else "InService"
+    """Updating while a node is being worked on or a ``cluster update`` runs, InService once
+    neither is."""
+    busy = any(n.status in ("Replacing", "Rebooting") for n in state.nodes)
+    return "Updating" if busy or update_running(state) else "InService"
 
 
 def _record(state: ClusterState, outcome: Outcome) -> None:

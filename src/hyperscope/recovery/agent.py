@@ -44,6 +44,7 @@ from hyperscope.cluster.state import (
     cluster_lock,
     clusters_dir,
     start_time,
+    updating_now,
 )
 from hyperscope.errors import HyperscopeError
 from hyperscope.recovery import act, calm, heartbeat, supervise
@@ -143,6 +144,8 @@ class Agent:
     #: and the adopted cluster's controllers found DOWN then (logged once per change)
     ctld_checked: float = 0.0
     ctld_noted: str = ""
+    #: the nodes a `cluster update` acted on at the last pass (``updating_now``)
+    was_updating: set[str] = field(default_factory=set)
     _cached: tuple[tuple[int, int, int], ClusterState] | None = None
     _recovery: RecoverySettings | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock)
@@ -325,9 +328,13 @@ class Agent:
     def node_views(self, state: ClusterState, live: list[Node], ops: NodeOperator) -> list[NodeView]:
         by_name = {n.name: n for n in live}
         views = []
+        updated = updating_now(state)  # drained, restarted or made by a `cluster update`: its own
+        for back in self.was_updating - updated:  # just handed back, its slurmd new: as after ours
+            self.settling[back] = self.clock() + act.SETTLE_S
+        self.was_updating = updated
         for n in state.nodes:
             s = by_name.get(n.name)
-            if s is None or n.name in self.acting:
+            if s is None or n.name in self.acting or n.name in updated:
                 continue
             if n.status == "NeedsHardware" and s.available:
                 self._ticket_closed(n.name, s)

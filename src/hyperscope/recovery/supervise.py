@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 from hyperscope.cluster import ssh_ctld
 from hyperscope.cluster.operate import run_hook
 from hyperscope.cluster.slurm import SlurmError
-from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, alive, cluster_lock
+from hyperscope.cluster.state import (
+    ClusterError,
+    ClusterState,
+    NodeState,
+    Proc,
+    alive,
+    cluster_lock,
+    updating_now,
+)
 from hyperscope.recovery import keeper
 from hyperscope.recovery.decide import Action, Kind, decide_daemons
 
@@ -37,6 +45,8 @@ RESTART_TIMEOUT_S = 30.0
 
 def supervise(agent: Agent, state: ClusterState) -> list[Action]:
     """The restarts made this pass (one action), or nothing."""
+    if state.controller in updating_now(state):
+        return []  # a `cluster update` restarting slurmctld with a new node list: its own
     if state.provider == "local":
         dead = [p for p in state.procs if p.role in ssh_ctld.ROLES and not alive(p)]
         return _restart(agent, dead, _local(agent)) if dead else []

@@ -105,6 +105,7 @@ def serve(
     prewarm: int = 1,
     announce: Callable[[str], None] | None = None,
     tls: tuple[Path, Path] | None = None,
+    open_path: str = "",
 ) -> None:
     """Serve the UI over the store at ``home`` until interrupted.
 
@@ -114,6 +115,7 @@ def serve(
     newest finished profiles whose dashboard is computed at start (see ``create_app``). ``tls``:
     (certificate, key) PEM files to serve HTTPS (the token cookie is then ``Secure``); behind a
     TLS reverse proxy on this machine, the proxy's ``X-Forwarded-Proto: https`` does the same.
+    ``open_path``: the page the browser opens on (a fragment such as ``#/dashboard/<profile id>``).
     """
     say = announce or (lambda line: print(line, flush=True))
     bound_malloc()  # before the server's threads start
@@ -140,9 +142,12 @@ def serve(
     say(f"hyperscope UI on {address.base_url} (store {Path(home).expanduser()})")
     if token:
         say(f"bound to {host}, so requests need a token: open {address.open_url}")
+    if open_path:
+        say(f"opening {address.base_url}{open_path}")
     say("press Ctrl+C to stop")
     if open_browser:
-        threading.Thread(target=_open_when_ready, args=(server, address.open_url), daemon=True).start()
+        url = address.open_url + open_path
+        threading.Thread(target=_open_when_ready, args=(server, url), daemon=True).start()
     try:
         server.run(sockets=[sock])
     finally:

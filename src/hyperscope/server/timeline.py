@@ -34,6 +34,7 @@ from hyperscope.server.jobs import ProfileHit
 from hyperscope.server.limits import QueryLimits
 from hyperscope.server.params import INT64_MAX, RANK_MAX, TIME_MAX, TIME_MIN, check_window
 from hyperscope.store.profile import Profile
+from hyperscope.timeline.collectives import MAX_INSTANCES, instance_of, instances_in
 from hyperscope.timeline.links import MAX_MATCHES
 from hyperscope.timeline.range import prepare as prepare_range_tables
 from hyperscope.timeline.range import range_stats
@@ -320,6 +321,50 @@ def router(
             profile_id, "flows", lambda index, con: tl.flows(index, row_ids, t0_ns, t1_ns), lazy=True
         )
         return _json({"flows": answer})
+
+    @api.get("/collective")
+    def get_collective(
+        profile_id: str,
+        id: Annotated[int, Query(ge=0, le=INT64_MAX, description="event id of a collective's kernel")],
+        row: Annotated[str | None, Query(description="its row id, when known (faster)")] = None,
+    ) -> Response:
+        """The same collective on every rank (the n-th launch of it on each, as the dashboard's
+        waits match them) and which rank arrived last: ``{"instance": null}`` for an event that is
+        no communication kernel."""
+
+        def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+            if not 0 <= id < (index.offsets[-1] if index.offsets else 0):
+                raise HTTPException(404, f"event {id}: no such event in this profile")
+            return {"id": id, "instance": instance_of(index, id, row)}
+
+        answer, _, _ = run(profile_id, "a collective's ranks", work, lazy=True)
+        return _json(answer)
+
+    @api.get("/collectives")
+    def get_collectives(
+        profile_id: str,
+        rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
+        t0_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="window start, epoch ns")],
+        t1_ns: Annotated[int, Query(ge=TIME_MIN, le=TIME_MAX, description="window end, epoch ns")],
+        limit: Annotated[int, Query(ge=1, le=MAX_INSTANCES, description="instances at most")] = 100,
+    ) -> Response:
+        """The collectives with a kernel in the window on one of ``rows``, each with its kernel on
+        every rank and the last rank to arrive (the first ``limit`` by start, and how many in all)."""
+        row_ids = [r for r in rows.split(",") if r]
+        if not 1 <= len(row_ids) <= MAX_ROWS:
+            raise UsageError(f"rows: expected 1 to {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
+        check_window(t0_ns, t1_ns)
+
+        def cap(kernels: int) -> None:  # 413 before the answer is built, not after
+            limits.check_rows([("collective links", kernels)])
+
+        (total, found), _, _ = run(
+            profile_id,
+            "the collectives in a window",
+            lambda index, con: instances_in(index, row_ids, t0_ns, t1_ns, limit, check=cap),
+            lazy=True,
+        )
+        return _json({"total": total, "truncated": total > len(found), "instances": found})
 
     @api.get("/search")
     def get_search(

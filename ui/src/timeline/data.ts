@@ -149,6 +149,28 @@ export const getRange = (p: string, rows: string[], t0: bigint, t1: bigint): Pro
 export const getFlows = (p: string, rows: string[], t0: bigint, t1: bigint): Promise<{ flows: TlFlow[] }> =>
   json(`${base(p)}/flows?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${t0}&t1_ns=${t1}`);
 
+/** One collective on every rank (the n-th launch of it on each): its kernels by rank, the first
+ * and the last rank to arrive (latest start, the timeline's clocks). */
+export interface TlCollective {
+  collective: string;
+  seq: number;
+  ranks: number;
+  complete: boolean;
+  events: TlEventRef[];
+  first: { rank: number; id: number };
+  last: { rank: number; id: number; after_first_ns: number };
+}
+export const getCollective = (p: string, id: number, row?: string): Promise<{ id: number; instance: TlCollective | null }> =>
+  json(`${base(p)}/collective?id=${id}${row ? `&row=${encodeURIComponent(row)}` : ""}`);
+export const getCollectives = (
+  p: string,
+  rows: string[],
+  t0: bigint,
+  t1: bigint,
+  limit: number,
+): Promise<{ total: number; truncated: boolean; instances: TlCollective[] }> =>
+  json(`${base(p)}/collectives?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${t0}&t1_ns=${t1}&limit=${limit}`);
+
 /** int64 columns as float64 relative to `origin` (exact below 2^53 ns), or as plain numbers. */
 function toF64(src: BigInt64Array, origin: bigint | null): Float64Array {
   const out = new Float64Array(src.length);

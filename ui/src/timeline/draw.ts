@@ -101,7 +101,13 @@ export function xOf(s: { t0: number; t1: number; width: number }, t: number): nu
 
 /** One frame; `paintTile` draws the tile's events clipped to the events area. Returns the ruler's
  * ticks (ns from the origin). */
-export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | null, arrows: Arrow[]): number[] {
+export function drawFrame(
+  s: DrawState,
+  paintTile: () => void,
+  selected: Rect | null,
+  arrows: Arrow[],
+  coll?: { arrows: Arrow[]; marks: Rect[]; color: string; lastColor: string },
+): number[] {
   const { ctx } = s;
   ctx.clearRect(0, 0, s.width, s.height);
   ctx.font = "11px system-ui, sans-serif";
@@ -147,10 +153,29 @@ export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | 
     ctx.strokeRect(selected.x - 1, selected.y - 1, selected.w + 2, selected.h + 2);
     ctx.lineWidth = 1;
   }
-  // launch → kernel arrows; an end hidden in a closed group goes to the group's line, dashed.
-  // One path per line style and one for the heads: thousands of arrows cost three draws.
-  ctx.strokeStyle = "#c62828";
-  ctx.fillStyle = "#c62828";
+  drawArrows(ctx, arrows, "#c62828");
+  if (coll) {
+    // collectives: each rank's kernel → the last rank's, and the last rank's kernel outlined
+    drawArrows(ctx, coll.arrows, coll.color);
+    ctx.strokeStyle = coll.lastColor;
+    ctx.fillStyle = coll.lastColor;
+    ctx.lineWidth = 3;
+    for (const m of coll.marks) {
+      ctx.strokeRect(m.x - 2, m.y - 2, m.w + 4, m.h + 4);
+      ctx.fillText("last", m.x + m.w + 5, m.y + Math.min(m.h, 11));
+    }
+    ctx.lineWidth = 1;
+  }
+  ctx.restore();
+  return drawRuler(s);
+}
+
+/** Arrows in one colour; an end hidden in a closed group goes to the group's line, dashed. One
+ * path per line style and one for the heads: thousands of arrows cost three draws. */
+function drawArrows(ctx: CanvasRenderingContext2D, arrows: Arrow[], color: string): void {
+  if (arrows.length === 0) return;
+  ctx.strokeStyle = color;
+  ctx.fillStyle = color;
   const lines = [new Path2D(), new Path2D()]; // solid, dashed
   const heads = new Path2D();
   for (const a of arrows) {
@@ -159,9 +184,10 @@ export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | 
     const path = lines[a.dashed ? 1 : 0]!;
     path.moveTo(a.x0, a.y0);
     path.bezierCurveTo(a.x0, mid, a.x1, mid, a.x1, a.y1);
+    const down = a.y1 >= mid ? -7 : 7; // the head points along the curve's end
     heads.moveTo(a.x1, a.y1);
-    heads.lineTo(a.x1 - 4, a.y1 - 7);
-    heads.lineTo(a.x1 + 4, a.y1 - 7);
+    heads.lineTo(a.x1 - 4, a.y1 + down);
+    heads.lineTo(a.x1 + 4, a.y1 + down);
     heads.closePath();
   }
   ctx.stroke(lines[0]!);
@@ -169,8 +195,6 @@ export function drawFrame(s: DrawState, paintTile: () => void, selected: Rect | 
   ctx.stroke(lines[1]!);
   ctx.setLineDash([]);
   ctx.fill(heads);
-  ctx.restore();
-  return drawRuler(s);
 }
 
 function drawRuler(s: DrawState): number[] {

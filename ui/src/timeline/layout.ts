@@ -66,3 +66,17 @@ export function rowsInView(layout: Layout[], scrollY: number, height: number): s
   }
   return [...ids];
 }
+
+/** The rows a profile opens with: its first node, that node's first GPU (else its first CPU
+ * process) and so that GPU's host threads and streams, so the first look shows events, not a
+ * list of closed groups. */
+export function firstLook(root: TlRow): Set<string> {
+  const open = new Set([root.id]);
+  const node = (root.children ?? []).find((c) => c.type === "group");
+  if (!node) return open;
+  open.add(node.id);
+  const groups = (node.children ?? []).filter((c) => c.type === "group");
+  const first = groups.find((c) => c.id.startsWith("gpu/")) ?? groups.find((c) => c.id.startsWith("proc/"));
+  if (first) open.add(first.id);
+  return open;
+}

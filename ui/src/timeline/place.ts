@@ -67,22 +67,34 @@ export interface End {
   depth: number;
 }
 
+/** Where an end is drawn: its lane (top, middle or bottom) where its row is shown, else the line
+ * of the nearest shown ancestor (a closed group), `hidden`; null when nothing of it is shown. */
+export function placeEnd(
+  f: Frame,
+  shown: Map<string, Layout>,
+  parentOf: Map<string, string>,
+  e: End,
+  at: "top" | "middle" | "bottom",
+): { x: number; y: number; top: number; h: number; hidden: boolean } | null {
+  const own = shown.get(e.row);
+  const r = own ?? shownRow(shown, parentOf, e.row);
+  if (!r) return null;
+  const rowTop = r.y - f.scrollY + RULER;
+  if (!own || r.type === "group") return { x: f.xOf(e.ts), y: rowTop + GROUP_H / 2, top: rowTop + 3, h: GROUP_H - 6, hidden: !own };
+  const lane = laneOf(r, e.depth);
+  const top = rowTop + laneTop(lane);
+  const h = laneHeight(lane);
+  return { x: f.xOf(e.ts), y: top + (at === "bottom" ? h : at === "middle" ? h / 2 : 0), top, h, hidden: false };
+}
+
 /** Launch → kernel arrows for `pairs`: to the event's lane where its row is shown, else to the
- * nearest shown ancestor's line (a closed group), dashed. Pairs with an end nowhere are left out. */
-export function arrowsFor(f: Frame, shown: Map<string, Layout>, parentOf: Map<string, string>, pairs: [End, End][]): Arrow[] {
+ * nearest shown ancestor's line (a closed group), dashed. Pairs with an end nowhere are left out.
+ * `middle`: both ends at their lane's middle (collectives: kernels on rows above and below). */
+export function arrowsFor(f: Frame, shown: Map<string, Layout>, parentOf: Map<string, string>, pairs: [End, End][], middle = false): Arrow[] {
   const out: Arrow[] = [];
-  const place = (e: End, bottom: boolean): { x: number; y: number; hidden: boolean } | null => {
-    const own = shown.get(e.row);
-    const r = own ?? shownRow(shown, parentOf, e.row);
-    if (!r) return null;
-    const top = r.y - f.scrollY + RULER;
-    if (!own || r.type === "group") return { x: f.xOf(e.ts), y: top + GROUP_H / 2, hidden: !own };
-    const lane = laneOf(r, e.depth);
-    return { x: f.xOf(e.ts), y: top + laneTop(lane) + (bottom ? laneHeight(lane) : 0), hidden: false };
-  };
   for (const [a, b] of pairs) {
-    const pa = place(a, true);
-    const pb = place(b, false);
+    const pa = placeEnd(f, shown, parentOf, a, middle ? "middle" : "bottom");
+    const pb = placeEnd(f, shown, parentOf, b, middle ? "middle" : "top");
     if (!pa || !pb) continue;
     out.push({ x0: pa.x, y0: pa.y, x1: pb.x, y1: pb.y, dashed: pa.hidden || pb.hidden });
   }

@@ -1,7 +1,7 @@
 // The timeline page's state: one object, exposed as window.__hyperscope.timeline.state so that
 // tests and the benchmark read what is drawn.
-import type { TlDetails, TlEventRef, TlFlow, TlRange, TlRows, Tile } from "./data";
-import type { Arrow } from "./draw";
+import type { TlCollective, TlDetails, TlEventRef, TlFlow, TlRange, TlRows, Tile } from "./data";
+import type { Arrow, Rect } from "./draw";
 import type { Layout } from "./geometry";
 
 export interface TimelineState {
@@ -37,6 +37,17 @@ export interface TimelineState {
   matchIndex: number;
   allArrows: boolean;
   flows: TlFlow[];
+  /** the selected event's collective on every rank (null: none selected, or not a collective) */
+  collective: TlCollective | null;
+  /** "all collectives": every collective with a kernel in view (at most COLLECTIVES_SHOWN), and
+   * how many the window holds */
+  allCollectives: boolean;
+  collectives: TlCollective[];
+  collectivesTotal: number;
+  /** collective arrows (each rank's kernel → the last rank's) and last-arrival marks of the last
+   * frame (canvas px), for tests */
+  collArrows: Arrow[];
+  lastMarks: Rect[];
   /** what the shown tile was asked for (exact epoch ns as strings), for tests */
   lastRequest: { rows: string[]; t0_ns: string; t1_ns: string; width: number } | null;
   /** ms of the last frames drawn (at most 200), for the benchmark */
@@ -75,6 +86,12 @@ export const state: TimelineState = {
   matchIndex: -1,
   allArrows: false,
   flows: [],
+  collective: null,
+  allCollectives: false,
+  collectives: [],
+  collectivesTotal: 0,
+  collArrows: [],
+  lastMarks: [],
   lastRequest: null,
   drawMs: [],
   arrows: [],

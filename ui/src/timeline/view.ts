@@ -12,12 +12,13 @@ import { GUTTER, laneHeight, laneTop, type Layout, RULER } from "./geometry";
 import { installInput } from "./input";
 import { type LayerKey, type Need, prepare, type Prepared } from "./layer";
 import { Painter, visibleEvents } from "./painter";
-import { buildLayout, parents, rowsInView } from "./layout";
+import { buildLayout, firstLook, parents, rowsInView } from "./layout";
 import { renderDetails } from "./panel";
 import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
 import { state } from "./state";
 import { exportShown, linkedView, saveLink } from "./link";
 import { rangeSelection } from "./range";
+import { COLL_COLOR, collectiveMarks, COLLECTIVES_SHOWN, collectivesShown, isCollective, LAST_COLOR, renderCollective } from "./collective";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
   const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
@@ -31,6 +32,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     status.title = text;
   };
   const arrowsBox = h("input", { id: "tl-all-arrows", type: "checkbox" });
+  const collBox = h("input", { id: "tl-all-collectives", type: "checkbox" });
   const details = h("div", { id: "tl-details", class: "tl-details" }, h("p", { class: "muted" }, "Click an event."));
   const wrap = h("div", { class: "tl-canvas-wrap" }, canvas);
   const body = h("div", { class: "tl-body" }, wrap, details);
@@ -52,6 +54,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       h("button", { id: "tl-next", type: "button", onclick: () => jumpMatch(1) }, "▶"),
       searchInfo,
       h("label", { class: "field" }, arrowsBox, "all arrows"),
+      h("label", { class: "field", title: `Every collective with a kernel in view (the first ${COLLECTIVES_SHOWN}): arrows from each rank's kernel to the last rank's, which is outlined` }, collBox, "all collectives"),
       h("button", { id: "tl-fit", type: "button", onclick: () => fit() }, "Fit (F)"),
       h("button", { id: "tl-export", type: "button", class: "secondary", title: "Download the window shown (the whole profile when all of it is shown) as Chrome-trace JSON: one rank's file, or a ZIP of one file per rank", onclick: () => exportShown() }, "Export"),
       h("span", { class: "muted tl-keys" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll · Esc deselect"),
@@ -197,7 +200,11 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const f = frame();
     let kind = "none";
     state.arrows = arrows(f);
-    lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows);
+    const coll = collectiveMarks(f, shown, parentOf, collectivesShown(state.collective, state.allCollectives ? state.collectives : []), rel);
+    state.collArrows = coll.arrows;
+    state.lastMarks = coll.marks;
+    const extra = { ...coll, color: COLL_COLOR, lastColor: LAST_COLOR };
+    lastTicks = drawFrame(drawState(), () => (kind = paintTile(ctx, dpr)), selectedRect(f), state.arrows, extra);
     ranges.overlay(ctx);
     const ms = performance.now() - started;
     state.drawMs.push(ms);
@@ -243,8 +250,14 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.tiles += 1;
       const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
       setStatus(`${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`);
-      if (state.allArrows) {
-        state.flows = (await api.getFlows(state.profile, ids, state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1)))).flows;
+      const [a, b] = [state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1))];
+      if (state.allArrows) state.flows = (await api.getFlows(state.profile, ids, a, b)).flows;
+      if (state.allCollectives) {
+        const c = await api.getCollectives(state.profile, rows, a, b, COLLECTIVES_SHOWN);
+        if (ticket !== pending) return;
+        state.collectives = c.instances;
+        state.collectivesTotal = c.total;
+        if (c.total > 0) setStatus(`${status.textContent ?? ""}, ${c.truncated ? `the first ${c.instances.length} of ` : ""}${c.total.toLocaleString()} collectives`);
       }
     } catch (err) {
       if ((err as Error).name !== "AbortError") showError(err);
@@ -326,28 +339,43 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   async function select(id: number, jump = false, row?: string, instants = 0): Promise<void> {
     if (!state.profile) return;
     try {
-      state.selected = await api.getEvent(state.profile, id, row);
+      const got = await api.getEvent(state.profile, id, row);
+      state.selected = got;
+      state.collective = null;
       state.selectedInstants = instants;
     } catch (err) {
       showError(err);
       return;
     }
-    if (jump && state.selected.row) {
-      reveal(state.selected.row);
-      const t = rel(String(state.selected.fields.ts_ns));
-      const dur = Math.max(Number(state.selected.fields.dur_ns ?? 0), 2000);
+    const sel = state.selected;
+    if (jump && sel.row) {
+      reveal(sel.row);
+      const t = rel(String(sel.fields.ts_ns));
+      const dur = Math.max(Number(sel.fields.dur_ns ?? 0), 2000);
       const span = Math.max(state.t1 - state.t0 > dur * 50 ? dur * 20 : state.t1 - state.t0, dur * 3);
       setView(t + dur / 2 - span / 2, t + dur / 2 + span / 2);
     }
     showDetails("details");
     redraw();
     saveLink();
+    if (!isCollective(sel.fields.kind, sel.fields.name)) return;
+    // a collective's kernel: then the same collective on every rank (the selection stands without it)
+    try {
+      const coll = (await api.getCollective(state.profile, id, sel.row ?? row)).instance;
+      if (state.selected !== sel) return; // another event selected meanwhile
+      state.collective = coll;
+      showDetails(detailsTab);
+      redraw();
+    } catch (err) {
+      showError(err);
+    }
   }
 
   /** No selection: its outline, arrows and details go; Fit fits the profile again. */
   function deselect(): void {
     if (!state.selected) return;
     state.selected = null;
+    state.collective = null;
     state.selectedInstants = 0;
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
     redraw();
@@ -372,9 +400,23 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (sel) void select(sel.id, false, sel.row);
   }
 
+  let detailsTab: "details" | "connections" = "details";
   function showDetails(tab: "details" | "connections"): void {
     const d = state.selected;
-    if (d) renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
+    if (!d) return;
+    detailsTab = tab;
+    renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
+    const c = state.collective;
+    if (c) details.insertBefore(renderCollective(c, rel, (e) => void select(e.id, true, e.row), () => showEveryRank(c)), details.children[1] ?? null);
+  }
+
+  /** Opens the rows of a collective's kernel on every rank (the selected one kept in view). */
+  function showEveryRank(c: import("./data").TlCollective): void {
+    for (const e of c.events) reveal(e.row);
+    if (state.selected?.row) reveal(state.selected.row);
+    redraw();
+    refetch();
+    saveLink();
   }
 
   /** ``jump``: select the first match (a link that names its selection keeps that one). */
@@ -485,6 +527,12 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     const b = Math.max(...steps.map((s) => rel(s.ts_ns) + s.dur_ns));
     setView(a - (b - a) * 0.02, b + (b - a) * 0.02);
   });
+  collBox.addEventListener("change", () => {
+    state.allCollectives = collBox.checked;
+    state.collectives = [];
+    state.collectivesTotal = 0;
+    void fetchTile();
+  });
   arrowsBox.addEventListener("change", () => {
     state.allArrows = arrowsBox.checked;
     state.flows = [];
@@ -506,6 +554,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.collective = null;
+    state.collectives = [];
     state.range = state.rangeStats = null;
     state.loading = false;
     state.building = null;
@@ -531,6 +581,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.rows = null;
     state.layout = [];
     state.selected = null;
+    state.collective = null;
+    state.collectives = [];
     state.range = state.rangeStats = null;
     state.open = new Set(["job"]);
     details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
@@ -554,6 +606,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.rows = rows;
       state.origin = BigInt(rows.start_ns);
       state.span = [0, Math.max(1000, Number(BigInt(rows.end_ns) - state.origin))];
+      state.open = firstLook(rows.root); // a link's own open rows replace these (applyLink)
       relayout();
       state.t0 = state.span[0];
       state.t1 = state.span[1];
