@@ -2,9 +2,8 @@
 sshd, hostname and disk): Slurm's backup controller on a host of its own
 (``slurm.backup_controller: HOST``) schedules jobs while the primary slurmctld is gone, and the
 agent starts the primary again on its host; each node's health loop runs on its host beside its
-slurmd, and a failing check there drains the node, which the agent then re-creates; the agent and
-its keeper restart each other; with the primary's host gone, Slurm is asked on the backup's. One
-cluster for the whole module (4 hosts: the primary, the backup, two workers)."""
+slurmd, and a failing check there drains the node, which the agent then re-creates. One cluster
+for the whole module (4 hosts: the primary, the backup, two workers)."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hyperscope.cluster import manage, operate, ssh_health
+from hyperscope.cluster import manage, ssh_health
 from hyperscope.cluster.local import missing_requirements
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.ssh import slurm_for
@@ -61,14 +60,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterS
     finally:
         if (home / "clusters" / "sup" / "agent.log").is_file():  # shown when a test fails
             print((home / "clusters" / "sup" / "agent.log").read_text())
-        d = home / "clusters" / "sup"
-        if (d / "cluster.json").is_file():
-            if hosts.hosts and hosts.pids(hosts.hosts[0]):
-                with contextlib.suppress(ClusterError):
-                    manage.delete("sup", home)
-            else:  # the primary's host is gone (a test below): what is left runs in the namespaces
-                operate.stop_agent(ClusterState.load(d))
-                shutil.rmtree(d)
+        if (home / "clusters" / "sup" / "cluster.json").is_file():
+            with contextlib.suppress(ClusterError):
+                manage.delete("sup", home)
         hosts.close()
 
 
@@ -227,27 +221,13 @@ def test_the_agent_and_its_keeper_on_this_machine_restart_each_other(
     assert isinstance(again, Proc)
 
 
-def test_with_the_primary_host_gone_slurm_is_asked_on_the_backups_host(
-    cluster: tuple[ClusterState, netns.Hosts],
-) -> None:
-    state, hosts = cluster
-    hosts.kill(hosts.hosts[0])  # the machine is gone: its slurmctld, munged and sshd
-    slurm = slurm_for(_now(state))
-    job = _submit(slurm, "-N2", "--wrap", "srun true")  # sbatch over ssh on h2, the backup's host
-    wait_for("the job to complete through the backup", lambda: _completed(slurm, job), 90)
-    assert slurm.controllers() == {"h1": "DOWN", "h2": "UP"}
-
-
-def test_delete_stops_both_controllers_and_every_health_loop_on_every_host_that_answers(
+def test_delete_stops_both_controllers_and_every_health_loop_on_every_host(
     cluster: tuple[ClusterState, netns.Hosts],
 ) -> None:
     state, hosts = cluster
     here = [p for p in _now(state).procs if p.role in ("agent", "keeper")]
-    gone = hosts.hosts[0].addr
-    with pytest.raises(ClusterError, match=f"could not stop everything on {gone}"):
-        manage.delete(state.name, _home(state))
+    assert manage.delete(state.name, _home(state))
     assert here and not any(alive(p) for p in here)
     left = [p for h in hosts.hosts for p in hosts.pids(h) if p != h.sshd.pid]
     assert left == [], "delete left processes on the hosts"
     assert not (Path(state.shared_dir) / "slurm-state" / "sup").exists()
-    assert {p.host for p in _now(state).procs} == {gone}  # kept, for a delete once it answers
