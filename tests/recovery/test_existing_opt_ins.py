@@ -134,6 +134,14 @@ def _partition(slurm: Slurm) -> list[str]:
         return []
 
 
+def _idle(slurm: Slurm, node: str) -> bool:
+    """Slurm (the controller in charge now) has ``node`` idle and unflagged: a spare it can take."""
+    try:
+        return any(n.name == node and n.state == "IDLE" and not n.flags for n in slurm.nodes())
+    except SlurmError:
+        return False
+
+
 def _fail_check(ad: Adopted, node: str) -> None:
     """A fault file for the adopted cluster's loop on the node's host (the NIC "down")."""
     f = existing_ops.faults_file(ad.state, node)
@@ -177,6 +185,7 @@ def test_with_the_primary_gone_the_agent_leaves_it_and_prepares_a_spare_through_
         "(no recovery.restart_controller_command)"
     )
     # a failing check on workers-1's host: drained by its loop; the spare is prepared, then joins
+    wait_for("the backup to see the spare idle", lambda: _idle(slurm, "workers-2"), 60)
     mark = len(_log(state))
     _fail_check(ad, "workers-1")
     decided = wait_for("the drain acted on", lambda: _first(state, mark, kind="replace", phase="decided"), 90)
@@ -206,6 +215,7 @@ def test_a_spare_the_script_fails_on_is_left_out_of_the_partition_as_a_ticket(ad
     slurm.run("scontrol", "update", "nodename=workers-1", "state=resume")
     wait_for("the ticket closed", lambda: _first(state, mark, kind="ticket", phase="closed"), 30)
     (ad.tmp / "shared" / "no-driver").write_text("")
+    wait_for("the spare idle again", lambda: _idle(slurm, "workers-1"), 60)
     mark = len(_log(state))
     _fail_check(ad, "workers-2")
     decided = wait_for("the drain acted on", lambda: _first(state, mark, kind="replace", phase="decided"), 90)
@@ -264,8 +274,14 @@ def test_delete_stops_the_loops_and_leaves_the_operators_daemons(adopted: Adopte
         p for p in manage.load("adopted", Path(state.dir).parents[1]).procs if p.role == existing_ops.HEALTH
     ]
     assert manage.delete("adopted", Path(state.dir).parents[1])
-    for p in loops:
-        assert ad.hosts.ssh(p.host, f"[ -e /proc/{p.pid} ] && echo alive || echo gone").strip() == "gone"
+    for p in loops:  # a zombie (killed, not reaped yet by whoever inherited it) is gone too
+        state_of = f"sed 's/.*) //' /proc/{p.pid}/stat 2>/dev/null | cut -d' ' -f1"
+        assert (
+            ad.hosts.ssh(
+                p.host, f's=$({state_of}); [ -n "$s" ] && [ "$s" != Z ] && echo alive || echo gone'
+            ).strip()
+            == "gone"
+        )
         assert (
             ad.hosts.ssh(p.host, f"[ -e {existing_ops.remote_root(state)} ] && echo yes || echo no").strip()
             == "no"
