@@ -131,7 +131,7 @@ from hyperscope.capture import xla_backend
 def broken(*args, **kwargs):
     raise RuntimeError("decoder exploded")
 
-xla_backend.xplane.read_rows = broken
+xla_backend.xplane.rows_of = broken  # every window: a file (TF) or JAX's bytes
 f = jax.jit(lambda x: jnp.tanh(x @ x).sum())
 x = jnp.ones((32, 32))
 hs.start_profiling(hs.ProfilerConfig(job="broken", home={str(tmp_path / "home")!r}, cpu_ops=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,10 @@ def test_report_prints_the_dashboard(home: Path) -> None:
     # no note twice, no column called "group"
     notes = [line.strip() for line in text.splitlines() if line.strip().startswith("note:")]
     assert len(notes) == len(set(notes))
+    # honest plurals: one of a thing is never "things" (the "1 kernel names match")
+    for note in notes:
+        assert not re.search(r"(?<![\d.,])1 (\w+ )?(names|ranks|kernels|launches|steps)\b", note), note
+    assert "1 kernel name matches no precision rule and is counted as 'other'" in text
     assert " group " not in text and "│ group" not in text
 
 

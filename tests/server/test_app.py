@@ -249,7 +249,17 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/api/clusters/{name}/jobs/{job_id}/capture",
         *(
             f"/api/profiles/{{profile_id}}/timeline/{p}"
-            for p in ("rows", "tile", "range", "event", "links", "flows", "search")
+            for p in (
+                "rows",
+                "tile",
+                "range",
+                "event",
+                "links",
+                "flows",
+                "search",
+                "collective",
+                "collectives",
+            )
         ),
     }
     dashboard_answer = schema["paths"]["/api/profiles/{profile_id}/dashboard"]["get"]["responses"]

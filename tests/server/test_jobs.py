@@ -10,10 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hyperscope import Store
+from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
-from hyperscope.server.jobs import CatalogReader, JobQuery
+from hyperscope.server.jobs import CatalogReader, JobQuery, ProfileNotFound
 from hyperscope.store.catalog import JobStatus, ProfileRef
-from tests.server.conftest import local
+from hyperscope.store.profile import Profile
+from tests.server.conftest import Home, local
 
 #: (name, created_ns, status, ranks)
 JOBS = [
@@ -158,3 +160,44 @@ def test_a_kept_catalog_connection_sees_new_jobs_and_a_store_made_anew(tmp_path:
     add("anew", 3)
     assert [j.name for j in reader.jobs(JobQuery()).jobs] == ["anew"]
     assert reader.profile(f"{3:016x}").job.name == "anew"
+
+
+def test_a_kept_profile_look_up_follows_every_commit(tmp_path: Path) -> None:
+    """A profile's look-up is answered again from the thread's last one until anything is
+    committed: a job that finishes stops being live, a removed one is not found."""
+    home = tmp_path / "home"
+    pid = f"{7:016x}"
+    with Store(home) as store:
+        ref = ProfileRef(pid, 0, 7, "capture", 1, 1, 10, "test")
+        store.catalog.add_profile("running", ref, status=JobStatus.IN_PROGRESS, nodes=[], created_ns=7)
+    reader = CatalogReader(home)
+    first = reader.profile(pid)
+    assert first.live and first.job.status is JobStatus.IN_PROGRESS
+    assert reader.profile(pid) is first  # nothing committed since: the kept answer
+    with Store(home) as store:
+        store.catalog.set_status("running", JobStatus.COMPLETED)
+    done = reader.profile(pid)
+    assert not done.live and done.job.status is JobStatus.COMPLETED
+    with Store(home) as store:
+        store.remove("running")
+    with pytest.raises(ProfileNotFound):
+        reader.profile(pid)
+
+
+def test_a_growing_profiles_span_is_read_again_after_each_commit(tmp_path: Path, home: Home) -> None:
+    """The jobs list reads a running job's span from its profile again only once something was
+    committed (every flush of a capture records its progress in the catalog): in between, the
+    page's last answer stands."""
+    root = tmp_path / "home"
+    with Store(root) as store:
+        ref = ProfileRef(home.h200, 0, 1, "capture", 10, 1, 100, "test")
+        store.catalog.add_profile("running", ref, status=JobStatus.IN_PROGRESS, nodes=[], created_ns=1)
+    reader = CatalogReader(root)
+    assert reader.jobs(JobQuery()).jobs[0].duration_ns is None  # nothing written yet
+    shutil.copytree(profile_dir(home.path, home.h200), profile_dir(root, home.h200))  # a flush's parts
+    assert reader.jobs(JobQuery()).jobs[0].duration_ns is None  # not committed yet: not read again
+    with Store(root) as store:  # the flush's commit
+        store.catalog.set_status("running", JobStatus.IN_PROGRESS, "step 10")
+    meta = Profile.open(profile_dir(home.path, home.h200)).meta
+    assert meta.ts_max_ns is not None and meta.ts_min_ns is not None
+    assert reader.jobs(JobQuery()).jobs[0].duration_ns == meta.ts_max_ns - meta.ts_min_ns

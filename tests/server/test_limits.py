@@ -3,13 +3,16 @@ answers 413; either way the server goes on answering."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import hyperscope.server.limits as limits_module
 from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
 from hyperscope.server.limits import QueryLimits, QueryTimeout
@@ -155,8 +158,6 @@ def test_one_computation_per_scope_at_a_time(home: Home, tmp_path: Path) -> None
 def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
     """Timeline tiles of event rows are answered from the index alone: no connection is opened;
     one that is opened on first use is still interrupted at the time limit and closed."""
-    import hyperscope.server.limits as limits_module
-
     profile = Profile.open(profile_dir(home.path, home.big))
     opened: list[object] = []
     real = limits_module.connection
@@ -180,6 +181,7 @@ def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest
     assert limits.run(profile, lambda con: con.execute("SELECT 7").fetchall()[0][0], "one", lazy=True) == 7
     assert len(opened) == 1
     seen: list[BaseException] = []
+    ended = threading.Event()
 
     def endless(con: Any) -> int:
         try:
@@ -190,10 +192,72 @@ def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest
         except BaseException as exc:
             seen.append(exc)
             raise
+        finally:
+            ended.set()
 
     with pytest.raises(QueryTimeout):
         limits.run(profile, endless, "endless", lazy=True)
-    for thread in query_threads():
-        thread.join(timeout=60)
-        assert not thread.is_alive()
+    # light work runs on the server's kept light threads: it ends (interrupted), they stay
+    assert ended.wait(60), "the interrupted query never ended"
     assert seen and "INTERRUPT" in type(seen[0]).__name__.upper()
+
+
+def test_light_work_from_the_event_loop_is_timed_and_queued(home: Home) -> None:
+    """``run_async`` (the tile route's): the answer, errors re-raised, the time limit while the
+    work runs, and a request whose work no light thread took up in time is answered as waiting."""
+    profile = Profile.open(profile_dir(home.path, home.big))
+    limits = QueryLimits(timeout_s=1.0, light=1)
+    release, holding, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def opened() -> tuple[str, Profile]:
+        return "hit", profile
+
+    def hold(hit: str, source: Profile, con: object) -> str:
+        holding.set()
+        release.wait(120)
+        ended.set()
+        return hit
+
+    def fails(hit: str, source: Profile, con: object) -> str:
+        raise ValueError("bad row")
+
+    async def scenario() -> None:
+        assert await limits.run_async(opened, lambda hit, source, con: f"{hit} {source is profile}", "a") == (
+            "hit True"
+        )
+        with pytest.raises(ValueError, match="bad row"):
+            await limits.run_async(opened, fails, "failing")
+        held = asyncio.ensure_future(limits.run_async(opened, hold, "holder"))
+        assert await asyncio.to_thread(holding.wait, 120), "the holder never started"
+        with pytest.raises(QueryTimeout, match=re.escape("waited 1 s for one of the server's 1")):
+            await limits.run_async(opened, lambda hit, source, con: hit, "queued")
+        with pytest.raises(QueryTimeout, match="query limit"):
+            await held
+        release.set()
+        assert await asyncio.to_thread(ended.wait, 120)
+        # the one light thread is free again once the holder's work has ended
+        assert await limits.run_async(opened, lambda hit, source, con: hit, "after") == "hit"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+
+
+def test_idle_light_threads_end_and_come_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An app's light threads end once idle (an app dropped leaves none behind) and start again
+    with the next work."""
+    monkeypatch.setattr(limits_module, "IDLE_THREAD_S", 0.05)
+    pool = limits_module._Threads(2, "hyperscope-test-idle")
+
+    def alive() -> int:
+        return sum(t.name.startswith("hyperscope-test-idle") for t in threading.enumerate())
+
+    ran: list[int] = []
+    pool.submit(ran.append, 1).result(60)
+    deadline = time.monotonic() + 60
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert alive() == 0
+    pool.submit(ran.append, 2).result(60)
+    assert ran == [1, 2]

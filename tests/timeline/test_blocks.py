@@ -27,8 +27,10 @@ EDGE_VALUES = [
 
 @pytest.mark.parametrize("values", EDGE_VALUES, ids=["empty", "one", "extremes", "growing", "random"])
 @pytest.mark.parametrize("delta", [False, True])
-def test_a_block_decodes_to_what_was_encoded(values: np.ndarray, delta: bool) -> None:
-    raw, entry = encode_block(values, delta)
+@pytest.mark.parametrize("flat", [False, True], ids=["shuffled", "flat"])
+def test_a_block_decodes_to_what_was_encoded(values: np.ndarray, delta: bool, flat: bool) -> None:
+    raw, entry = encode_block(values, delta, flat)
+    assert entry[4] == flat
     got = decode_block(raw, len(values), entry, delta, np.dtype(np.int64))
     assert got.dtype == np.int64 and np.array_equal(got, values)
 
@@ -110,6 +112,30 @@ def test_searches_equal_numpy_and_decode_only_their_blocks(
     assert _blocks.CACHE.misses - misses == 1
 
 
+def test_a_column_that_fits_is_one_array_filled_only_where_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads of a column that fits decode only the blocks they touch, into one array whose slices
+    are views of it; reading the rest later decodes only the rest, and the whole column is that
+    same array, counted once in the cache."""
+    values = np.cumsum(np.random.default_rng(5).integers(0, 1000, 5000))
+    col = column(tmp_path, values, "ts", 64, monkeypatch, whole=True)
+    _blocks.CACHE.clear()
+    assert np.array_equal(col[100:200], values[100:200])  # blocks 1 to 3
+    arena = _blocks.CACHE.peek((col._id, _blocks.WHOLE))
+    assert arena is not None and int(arena.filled.sum()) == 3 and col.whole(decode=False) is None
+    assert _blocks.CACHE.nbytes == 3 * 64 * 8
+    assert np.shares_memory(col[130:140], col[100:200])  # views of the one array, no copy
+    got = col.searchsorted(0, 5000, values[[4000]])
+    assert int(got[0]) == int(np.searchsorted(values, values[4000])) and int(arena.filled.sum()) == 4
+    idx = np.asarray([1, 4999, 2500, 64])
+    assert np.array_equal(col[idx], values[idx]) and int(arena.filled.sum()) == 7
+    whole = col.whole()
+    assert whole is not None and np.array_equal(whole, values) and not whole.flags.writeable
+    assert np.shares_memory(whole, arena.values) and _blocks.CACHE.nbytes == values.nbytes
+    assert col.whole(decode=False) is whole
+
+
 def test_the_decoded_blocks_stay_under_their_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """1 MiB of cache, a 4 MB column read twice over: never more than 1 MiB kept, and what is read
     is still right (blocks dropped are decoded again)."""
@@ -182,6 +208,20 @@ def test_a_stored_index_is_blocks_far_smaller_than_its_arrays(generated: Profile
     assert stored * 4 < plain
 
 
+def test_a_stored_index_keeps_its_step_list(generated: Profile) -> None:
+    """A stored index answers ``steps`` from its directory (no event decoded for it), the same list
+    as computed from the events' columns."""
+    stored = tl.load(generated)
+    assert stored.stored_steps is not None and tl.index._mapped(stored)
+    in_memory = tl.index.build(generated)
+    assert in_memory.stored_steps is None
+    want = tl.steps(in_memory)
+    assert len(want) == 30 and tl.steps(stored) == want
+    _blocks.CACHE.clear()
+    assert tl.steps(tl.index._read(tl.index.index_dir(generated))) == want  # type: ignore[arg-type]
+    assert _blocks.CACHE.nbytes == 0
+
+
 def test_a_small_profile_keeps_no_index_on_disk(
     tmp_path: Path, generated: Profile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,3 +264,36 @@ def test_a_damaged_block_directory_is_no_index(tmp_path: Path, generated: Profil
     shutil.copytree(tl.index.index_dir(generated), copy)
     (copy / tl.index.META).write_bytes(b"hs-zstd1 broken")
     assert tl.index._read(copy) is None
+
+
+def test_tiles_are_the_same_through_one_array_through_blocks_and_in_memory(
+    generated: Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every row, the whole run and zooms down to a microsecond at random places: the stored index
+    read through one array per column (filled as tiles ask), read block by block (columns too
+    large for their share, a cache of 1 MiB that evicts as it goes) and the index built in memory
+    answer the same bytes."""
+    import random
+
+    in_memory = tl.index.build(generated)
+    rows = [r.id for r in in_memory.rows]
+    lo, hi = tl.index.span(in_memory)
+    rnd = random.Random(11)
+    windows = [(lo, hi + 1, 1400), (lo, hi + 1, 333)]
+    for span in (hi - lo, (hi - lo) // 10, (hi - lo) // 100, 100_000, 10_000, 1_000):
+        for _ in range(3):
+            a = rnd.randrange(lo - span // 4, hi)
+            windows.append((a, a + span, rnd.choice([64, 800, 1600])))
+    want = [tl.encode(tl.tile(in_memory, rows, t0, t1, w)) for t0, t1, w in windows]
+    where = tl.index.index_dir(generated)
+    tl.load(generated)
+    _blocks.CACHE.clear()
+    arrays = tl.index._read(where)
+    assert arrays is not None and arrays.ts.fits_whole()
+    assert [tl.encode(tl.tile(arrays, rows, t0, t1, w)) for t0, t1, w in windows] == want
+    monkeypatch.setattr(_blocks, "WHOLE_SHARE", 1 << 62)
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_CACHE_MB", "1")
+    blocks = tl.index._read(where)
+    assert blocks is not None and not blocks.ts.fits_whole()
+    assert [tl.encode(tl.tile(blocks, rows, t0, t1, w)) for t0, t1, w in windows] == want
+    assert _blocks.CACHE.nbytes <= 1 << 20

@@ -4,6 +4,7 @@ kernels are no compute precision, and the "(all N kernels)" bar knows its shorte
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -12,10 +13,11 @@ import pytest
 
 from hyperscope import Store
 from hyperscope.analysis import Scope
-from hyperscope.store.synth import SynthSpec, write_rank
+from hyperscope.store.synth import SynthSpec, write_job, write_rank
 from tests.ui.conftest import Served, _serve, expected_dashboard
 from tests.ui.harness import api
 from tests.ui.pages import (
+    TIMEOUT_MS,
     check_charts,
     load_job,
     names,
@@ -182,6 +184,66 @@ def test_figures_shown_without_hovering(page: Any, synth: Served) -> None:
     axes = {s["name"]: s.get("yAxisIndex", 0) for s in ranks["series"]}
     assert axes["mean step"] == 0 and {axes["GPU busy"], axes["GPU idle"]} == {1}
     assert [a["name"] for a in ranks["yAxis"]] == ["per step", "whole run"]
+    # each axis in the unit of its values: its top label reads 1 to 9,999 of that unit
+    tops = page.evaluate(
+        """() => { const c = window.__hyperscope.charts.ranks, o = c.getOption();
+            return [0, 1].map((i) => o.yAxis[i].axisLabel.formatter(
+                c.getModel().getComponent('yAxis', i).axis.scale.getExtent()[1])); }"""
+    )
+    for top in tops:
+        number, unit = top.split(" ")
+        assert unit in ("ns", "µs", "ms", "s") and (1 <= float(number) < 10_000 or unit == "ns"), tops
+    # launch latency in bins of equal ratio (log bins), each bin a bar of the chart
+    bins = t["latency_histogram"]["rows"]
+    assert len(option(page, "latency_histogram")["xAxis"][0]["data"]) == len(bins) > 2  # type: ignore[index]
+    ratios = [r["hi_ns"] / r["lo_ns"] for r in bins]
+    assert max(ratios) == pytest.approx(min(ratios), rel=0.01) and min(ratios) > 1.01
+
+
+@pytest.fixture(scope="module")
+def nameless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """8 ranks whose traces name no host, as the DLRM set's Kineto traces do."""
+    root = tmp_path_factory.mktemp("ui-nameless")
+    with Store(root / "home") as store:
+        store.import_traces(
+            write_job(root / "t", SynthSpec(ranks=8, steps=2, ops_per_step=5, node="")), "eight"
+        )
+    yield from _serve(root / "home", "eight", 8)
+
+
+def _gpu_lines(pg: Any) -> tuple[list[str], dict[str, Any]]:
+    """The per-GPU utilization chart's line names, and where its legend and plot are drawn."""
+    opt = option(pg, "gpu_utilization")
+    assert opt is not None
+    where = pg.evaluate(
+        """() => { const c = window.__hyperscope.charts.gpu_utilization, m = c.getModel();
+            const g = c.getViewOfComponentModel(m.getComponent('legend')).group;
+            const r = g.getBoundingRect(), plot = m.getComponent('grid').coordinateSystem.getRect();
+            return { items: g.childAt(0).childCount(), top: g.y + r.y, bottom: g.y + r.y + r.height,
+                     left: g.x + r.x, right: g.x + r.x + r.width, plot: plot.y + plot.height,
+                     width: c.getWidth(), height: c.getHeight() }; }"""
+    )
+    assert opt["legend"][0]["type"] == "plain"  # not paged
+    return [s["name"] for s in opt["series"]], dict(where)
+
+
+def test_per_gpu_lines_are_named_and_all_in_the_legend(
+    page: Any, nameless: Served, two_nodes: Served
+) -> None:
+    """At 1280 px: no "(unnamed node)" on every line, every rank's line in the legend, on screen."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    for served, want in (
+        (nameless, [f"rank {r}" for r in range(8)]),
+        (two_nodes, [f"node-{'a' if r < 2 else 'b'} · rank {r}" for r in range(4)]),
+    ):
+        open_jobs(page, served.url)
+        load_job(page, served.job)
+        page.locator("[data-chart=gpu_utilization]").scroll_into_view_if_needed()
+        lines, where = _gpu_lines(page)
+        assert sorted(lines) == sorted(want)
+        assert where["items"] == len(want), where  # every line has its legend item
+        assert where["left"] >= 0 and where["right"] <= where["width"], where
+        assert where["plot"] <= where["top"] and where["bottom"] <= where["height"], where
 
 
 def test_top_k_at_40_keeps_every_label_and_the_names_apart(page: Any, h200: Served) -> None:
@@ -201,3 +263,59 @@ def test_top_k_at_40_keeps_every_label_and_the_names_apart(page: Any, h200: Serv
     # hovering the row of the smallest bar shows its whole name
     text = tooltip_text(page, "kernels", 0, len(shown) - 1)
     assert str(opt["yAxis"][0]["data"][-1]) in text
+    # the labels drawn (head and tail of each name) are as many as the names: none read alike
+    names_ = opt["yAxis"][0]["data"]
+    labels = page.evaluate(
+        """() => { const o = window.__hyperscope.charts.kernels.getOption();
+            return o.yAxis[0].data.map((n) => o.yAxis[0].axisLabel.formatter(n)); }"""
+    )
+    assert len(set(labels)) == len(set(names_)) == len(names_)
+    # the real pointer, beside the smallest bar (far right of its row), then on the label of the
+    # one above it: each time the tooltip names the bar pointed at (so not the last tooltip left)
+    page.locator("[data-chart=kernels]").scroll_into_view_if_needed()
+    tip = "[data-chart='kernels'] .chart-body > div:last-child"
+    last = len(names_) - 1
+    for where, i in (("row", last), ("label", last - 1)):
+        x, y = page.evaluate(
+            """([i, where]) => {
+                const c = window.__hyperscope.charts.kernels, o = c.getOption();
+                const top = Math.max(...o.series[0].data.map((d) => d.value ?? d));
+                const [px, py] = c.convertToPixel({ seriesIndex: 0 }, [top * 0.9, i]);
+                const [x0] = c.convertToPixel({ seriesIndex: 0 }, [0, i]);
+                const box = c.getDom().getBoundingClientRect();
+                return [box.x + (where === 'row' ? px : x0 - 30), box.y + py];
+            }""",
+            [i, where],
+        )
+        page.mouse.move(x, y, steps=3)
+        page.wait_for_function(
+            """([sel, name, other]) => { const el = document.querySelector(sel);
+                return el && el.innerText.includes(name) && !el.innerText.includes(other); }""",
+            arg=[tip, str(names_[i]), str(names_[last if i != last else last - 1])],
+            timeout=TIMEOUT_MS,
+        )
+
+
+@pytest.fixture(scope="module")
+def straggling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """4 generated ranks; rank 3's communication kernels taken out, so the others wait for it."""
+    root = tmp_path_factory.mktemp("ui-straggler")
+    files = write_job(root / "t", SynthSpec(ranks=4, steps=4, ops_per_step=10))
+    doc = json.loads(files[3].read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("nccl")]
+    files[3].write_text(json.dumps(doc))
+    with Store(root / "home") as store:
+        store.import_traces(files, "straggling")
+    yield from _serve(root / "home", "straggling", 4)
+
+
+def test_why_a_rank_is_a_straggler_is_on_the_page(page: Any, straggling: Served) -> None:
+    flagged = [r for r in straggling.expected["ranks"]["rows"] if r["straggler"]]
+    assert [r["rank"] for r in flagged] == [3] and "least communication time" in flagged[0]["reason"]
+    open_jobs(page, straggling.url)
+    load_job(page, straggling.job)
+    rows = page.eval_on_selector_all(
+        "[data-chart='stragglers'] tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert len(rows) == 1 and rows[0][0] == "3"
+    assert rows[0][-1] == flagged[0]["reason"]  # the why, written out, not in a tooltip

@@ -44,6 +44,14 @@ def test_memory_view_shows_peaks_curve_and_allocations_and_follows_the_steps(
     text = page.inner_text("[data-chart=memory_peaks]")
     mb = f"{peak.peak_allocated_bytes / 1e6:.2f} MB"
     assert mb in text and "allocator events" in text
+    assert peak.peak_reserved_bytes and f"{peak.peak_reserved_bytes / 1e6:.2f} MB" in text
+    reserved = max(
+        p[1]
+        for s in option(page, "memory_curve")["series"]
+        if s["name"].endswith("reserved")
+        for p in s["data"]
+    )  # type: ignore[index]
+    assert reserved == peak.peak_reserved_bytes
     curve = option(page, "memory_curve")
     assert curve is not None
     top = max(p[1] for s in curve["series"] if s["name"].endswith("allocated") for p in s["data"])

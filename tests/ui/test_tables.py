@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
 from hyperscope import Store
 from hyperscope._samples import H200_TRACE
+from hyperscope.analysis import Scope
 from hyperscope.analysis.tables import annotation_table, kernel_table, operator_table
 from tests.ui.conftest import Served, _serve, screenshot
 from tests.ui.pages import TIMEOUT_MS, load_job, open_jobs
@@ -70,9 +72,19 @@ def test_kernels_table_sorts_and_filters_with_whole_names(page: Any, served: Ser
     assert column(page, "name") == [r.name for r in want]  # whole names, none cut
     assert max(len(n) for n in column(page, "name")) > 60
     heads = page.eval_on_selector_all("#tables-table th[data-sort]", "hs => hs.map(h => h.dataset.sort)")
-    assert {"launches", "p50_ns", "p99_ns", "grid", "block", "registers_per_thread", "occupancy_pct"} <= set(
-        heads
-    )
+    assert {
+        "launches",
+        "total_ns",
+        "mean_ns",
+        "min_ns",
+        "max_ns",
+        "p50_ns",
+        "p99_ns",
+        "grid",
+        "block",
+        "registers_per_thread",
+        "occupancy_pct",
+    } <= set(heads)
     page.click("#tables-table th[data-sort=launches]")
     by_launches = sorted(want, key=lambda r: -r.launches)
     got = shown(page)
@@ -119,6 +131,9 @@ def test_a_row_opens_its_occurrences_on_the_timeline(page: Any, served: Served) 
         timeout=TIMEOUT_MS,
     )
     assert page.evaluate(f"() => {TL}.state.searchExact") is True
+    # the search is in the address too: a whole name, so q and exact=1
+    query = parse_qs(str(page.evaluate("location.hash")).partition("?")[2])
+    assert query["q"] == [row.name] and query["exact"] == ["1"]
     assert page.evaluate(f"() => {TL}.state.matchTotal") == row.launches  # exactly this name's launches
     first = page.evaluate(f"() => {TL}.state.selected.id")
     page.click("#tl-next")
@@ -161,3 +176,48 @@ def test_a_bar_of_the_kernel_chart_opens_its_occurrences(page: Any, served: Serv
         timeout=TIMEOUT_MS,
     )
     assert page.evaluate(f"() => {TL}.state.matchTotal") == row.launches
+
+
+def test_a_tables_link_opens_the_same_table_sort_filter_and_scope(
+    page: Any, browser: Any, served: Served
+) -> None:
+    """The address carries the table, its sort, order and filter, and the Dashboard's step range the
+    table is computed in: a fresh browser profile opens the same rows."""
+    with Store(served.home) as store:
+        want = operator_table(store.profile(JOB), Scope(steps=(3, 4))).rows
+        whole = operator_table(store.profile(JOB)).rows
+    page.goto(f"{served.url}/#/tables/{served.profile_id}?steps=3:4")
+    wait_table(page, "kernels")
+    page.click("#tables button[data-table=operators]")
+    wait_table(page, "operators")
+    assert shown(page) == [r.name for r in want] != [r.name for r in whole]  # in the Dashboard's scope
+    assert "steps 3 to 4" in page.inner_text("#tables")
+    page.click("#tables-table th[data-sort=calls]")
+    page.click("#tables-table th[data-sort=calls]")  # fewest first
+    page.fill("#tables-filter", "ATEN::")
+    page.wait_for_function(
+        "() => new URLSearchParams(location.hash.split('?')[1] || '').get('tf') === 'ATEN::'",
+        timeout=TIMEOUT_MS,
+    )
+    got = shown(page)
+    aten = [r for r in want if "aten::" in r.name.lower()]
+    assert sorted(got) == sorted(r.name for r in aten) and [
+        next(r.calls for r in aten if r.name == n) for n in got
+    ] == sorted(r.calls for r in aten)
+    link = page.url
+    query = parse_qs(link.split("?", 1)[1])
+    assert query == {
+        "steps": ["3:4"],
+        "table": ["operators"],
+        "sort": ["calls"],
+        "order": ["asc"],
+        "tf": ["ATEN::"],
+    }
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        other = context.new_page()
+        other.goto(link)
+        wait_table(other, "operators")
+        assert shown(other) == got and other.input_value("#tables-filter") == "ATEN::"
+    finally:
+        context.close()

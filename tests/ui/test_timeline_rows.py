@@ -1,7 +1,8 @@
 """The timeline's rows in Debian's chromium against the real ``hyperscope ui``, on a small Kineto-like
 trace written here: a host thread nested 32 levels deep (every level shown, the deepest one
 clickable at its own lane), a launch → kernel arrow that goes to a closed GPU group's line when its
-rows are hidden, and instants drawn as marks (hover and click show them)."""
+rows are hidden, and instants drawn as marks (hover and click show them), global ones on a row that
+says so."""
 
 from __future__ import annotations
 
@@ -351,3 +352,42 @@ def test_zoom_burst_ends_on_the_layer_of_its_last_view(page: Any, deep: Served) 
     assert "slice" in kinds and "draw" in kinds, kinds  # layers drawn over several frames, and shown
     assert state(page, "s.tiles") == tiles
     page.evaluate(f"() => {{ {TL}.sliceMs(4); {TL}.state.frameLog = null; }}")
+
+
+def test_global_instants_sit_on_a_row_that_says_so(page: Any, tmp_path: Path) -> None:
+    """Kineto's global instants ("Iteration Start", scope "g") belong to no thread: drawn as marks on
+    a row "host · global instants (no thread)", never "host · thread -1"."""
+    trace = tmp_path / "rank0.pt.trace.json"
+    _trace(trace)
+    doc = json.loads(trace.read_text())
+    doc["traceEvents"].append(
+        {
+            "ph": "i",
+            "s": "g",
+            "name": "Iteration Start: PyTorch Profiler",
+            "pid": "Spans",
+            "tid": "x",
+            "ts": 2500,
+        }
+    )
+    trace.write_text(json.dumps(doc))
+    with Store(tmp_path / "home") as store:
+        store.import_traces([trace], "globals")
+    for served in _serve(tmp_path / "home", "globals"):
+        open_timeline(page, served)
+        page.evaluate(f"() => {TL}.openAll()")
+        page.wait_for_function(
+            f"() => !{TL}.state.loading && {TL}.state.tile"
+            f" && {TL}.state.tile.rows.some(r => r.endsWith('/-1/-1'))",
+            timeout=TIMEOUT_MS,
+        )
+        labels = dict(page.evaluate(f"() => {TL}.state.layout.map(r => [r.id, r.label])"))
+        (row,) = [i for i in labels if i.startswith("host/") and i.endswith("/-1/-1")]
+        assert labels[row] == "host · global instants (no thread)"
+        assert not any("thread -1" in str(v) for v in labels.values())
+        marks = page.evaluate(
+            f"""() => {{ const t = {TL}.state.tile;
+                  return Array.from(t.mName, (n, i) => [t.names[n], t.rows[t.mRow[i]]]); }}"""
+        )
+        assert ["Iteration Start: PyTorch Profiler", row] in marks
+        screenshot(page, "timeline-global-instants")

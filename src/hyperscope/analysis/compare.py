@@ -318,15 +318,16 @@ def _step_bins(sa: _SideData, sb: _SideData) -> tuple[StepBinRow, ...]:
 
 def _step_pairs(sa: _SideData, sb: _SideData) -> tuple[StepPairRow, ...]:
     (na, da), (nb, db) = slowest_per_step(sa.steps), slowest_per_step(sb.steps)
-    both = min(len(na), len(nb))
-    delta = (db[:both] - da[:both]).tolist()
-    a: list[tuple[int | None, int | None]] = list(zip(na.tolist(), da.tolist(), strict=True))
-    b: list[tuple[int | None, int | None]] = list(zip(nb.tolist(), db.tolist(), strict=True))
-    longest = max(len(a), len(b))
-    a += [(None, None)] * (longest - len(a))
-    b += [(None, None)] * (longest - len(b))
-    delta += [None] * (longest - both)
-    return tuple(StepPairRow(i, *pa, *pb, dd) for i, (pa, pb, dd) in enumerate(zip(a, b, delta, strict=True)))
+    both, longest = min(len(na), len(nb)), max(len(na), len(nb))
+    pad: list[None] = [None] * longest  # the shorter side's missing steps
+
+    def column(values: npt.NDArray[np.int64]) -> list[int | None]:
+        found: list[int | None] = values.tolist()
+        return found + pad[: longest - len(found)]
+
+    delta = column(db[:both] - da[:both])
+    # a row per step of the longer side (35k a side at 10M events): map, not a loop of tuples
+    return tuple(map(StepPairRow, range(longest), column(na), column(da), column(nb), column(db), delta))
 
 
 def _metric(

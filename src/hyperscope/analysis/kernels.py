@@ -158,7 +158,11 @@ def kernel_precision(source: Source | Prepared, scope: Scope = ALL) -> Table[Pre
         if p in by
     )
     if "other" in by:
-        notes.append(f"{by['other'][1]} kernel names match no precision rule and are counted as 'other'")
+        n = int(by["other"][1])
+        notes.append(
+            f"{n} kernel name{'s' if n != 1 else ''} match{'' if n != 1 else 'es'} no precision rule "
+            f"and {'are' if n != 1 else 'is'} counted as 'other'"
+        )
     if COMMUNICATION in by:
         n = int(by[COMMUNICATION][1])
         notes.append(

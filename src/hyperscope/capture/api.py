@@ -49,7 +49,10 @@ def start_profiling(config: ProfilerConfig | None = None) -> bool:
     """
     if config is None:
         config = ProfilerConfig.from_env()
-    return _start(launcher_identity(config), deferred=False)
+    started = _start(launcher_identity(config), deferred=False)
+    if started:  # the on-demand watch would start at the first step(): it starts here instead
+        ondemand.watcher.start_early()
+    return started
 
 
 def start_at_startup(config: ProfilerConfig) -> bool:

@@ -98,6 +98,13 @@ class Watcher:
             self.armed = None
             self._begin(armed)
 
+    def start_early(self) -> None:
+        """Start the thread now, if the first step() has not yet (``start_profiling`` calls it:
+        the thread's set-up, some milliseconds, then falls in the capture's start, not in a step)."""
+        if self.armed is _START:
+            self.armed = None
+            self._start_thread()
+
     def _begin(self, plan: Plan) -> None:
         from hyperscope.capture import api
         from hyperscope.capture.config import ProfilerConfig

@@ -11,11 +11,15 @@ import pyarrow as pa
 
 from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY, EventKind
 
-__all__ = ["STARTUP_CAT", "STARTUP_NAME", "Mark", "marks_table", "one_part", "startup_table", "typed_events"]
+__all__ = [
+    "STARTUP_CAT", "STARTUP_NAME", "Mark", "marks_table", "one_part", "startup_table", "step_marks",
+    "typed_events",
+]  # fmt: skip
 
 #: Rows of annotations and steps: (kind, name, tid, ts_ns, dur_ns, step).
 Mark = tuple[str, str, int, int, int, int]
 _CAT: Final = "user_annotation"
+_STEP: Final = str(EventKind.STEP)
 #: The mark where the training began under the launcher (start-up is not step 0).
 STARTUP_NAME: Final = "hyperscope: training begins"
 STARTUP_CAT: Final = "hyperscope"
@@ -42,6 +46,17 @@ def typed_events(raw: pa.Table, rank: int, node: str) -> pa.Table:
         con.execute("SET enable_progress_bar = false")
         _CONNECTIONS.con = con
     return typed_rows(raw, rank=rank, node=node, con=con)
+
+
+def step_marks(runs: list[tuple[int, int, int, list[int]]]) -> list[Mark]:
+    """Steps recorded as runs of end times (the session's fast path) as marks: a run holds its
+    first step's number, that step's start, the thread that marked them and each step's end."""
+    out: list[Mark] = []
+    for first, start, tid, ends in runs:
+        for i, end in enumerate(ends):
+            out.append((_STEP, f"ProfilerStep#{first + i}", tid, start, end - start, first + i))
+            start = end
+    return out
 
 
 def marks_table(marks: list[Mark], *, rank: int, node: str, pid: int) -> pa.Table:

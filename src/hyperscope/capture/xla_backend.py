@@ -66,6 +66,7 @@ class XlaSession:
         self._device = 1 if device else 0
         self._python = 1 if python_stacks else 0
         self._dir: Path | None = None
+        self._jax: Any = None
         self.running = False
 
     #: the window's XSpace is a file once stop() returns: the session decodes it on the writer
@@ -85,15 +86,25 @@ class XlaSession:
             opts = jax.profiler.ProfileOptions()
             opts.host_tracer_level = self._host
             opts.python_tracer_level = self._python
-            jax.profiler.start_trace(str(self._dir), profiler_options=opts)
+            self._jax = _jax_session(jax, opts)
+            if self._jax is None:
+                jax.profiler.start_trace(str(self._dir), profiler_options=opts)
         self.running = True
 
-    def stop(self) -> Path | None:
-        """End the window; the directory its XSpace was written into (read it with ``rows``)."""
+    def stop(self) -> Any:
+        """End the window; the directory its XSpace was written into, or (JAX) the XSpace's bytes:
+        read it with ``rows``."""
         self.running = False
         if self.framework == "tensorflow":
             tf = _module("tensorflow")
             tf.profiler.experimental.stop()
+        elif self._jax is not None:
+            # the XSpace itself: jax.profiler.stop_trace would also write it to a file and convert
+            # it to trace JSON (most of its stop), neither of which hyperscope reads
+            session, self._jax = self._jax, None
+            shutil.rmtree(self._dir or "", ignore_errors=True)
+            self._dir = None
+            return session.stop()
         else:
             jax = _module("jax")
             jax.profiler.stop_trace()
@@ -102,13 +113,15 @@ class XlaSession:
 
     def discard(self, result: Any) -> None:
         """A window's files, not read (the profiler was switched off)."""
-        if result is not None:
+        if result is not None and not isinstance(result, bytes):
             shutil.rmtree(result, ignore_errors=True)
 
     def rows(self, result: Any) -> pa.Table:
         """The window's events as raw rows (``torch_backend``'s layout); the files removed after."""
         if result is None:
             return RAW_SCHEMA.empty_table()
+        if isinstance(result, bytes):  # JAX's XSpace, handed over by its profiler session
+            return xplane.rows_of(result, Path(f"<the {self.framework} profiler>"), host_pid=os.getpid())
         directory = Path(result)
         try:
             files = sorted(directory.rglob("*.xplane.pb"))
@@ -118,3 +131,15 @@ class XlaSession:
             return pa.concat_tables(tables)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _jax_session(jax: Any, options: Any) -> Any:
+    """JAX's profiler session, run directly: its ``stop()`` returns the XSpace as bytes. None where
+    this JAX has no such session (it is not public API): ``start_trace`` is used then."""
+    try:
+        from jax._src.lib import _profiler  # type: ignore[import-not-found,unused-ignore]
+
+        jax.devices()  # the backends exist before the session starts (start_trace does the same)
+        return _profiler.ProfilerSession(options)
+    except Exception:
+        return None

@@ -64,7 +64,7 @@ def profile(
     ] = 10,
     flush_min_gap: Annotated[
         float, typer.Option(help="...but at most one file per this many seconds.", metavar="SECONDS")
-    ] = 1.0,
+    ] = 5.0,
     home: HomeOption = None,
 ) -> None:
     """Profile a training command, unmodified, on every rank it starts.

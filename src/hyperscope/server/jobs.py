@@ -56,6 +56,8 @@ _JOB_COLUMNS: Final = (
     "(SELECT p.events FROM profiles p WHERE p.id = j.latest), "
     "(SELECT p.bytes FROM profiles p WHERE p.id = j.latest)"
 )
+#: profile look-ups each worker thread keeps (see ``CatalogReader.profile``)
+_HITS_PER_THREAD: Final = 256
 #: job states whose newest profile can still grow: its span is read anew each time
 _LIVE: Final = (JobStatus.IN_PROGRESS, JobStatus.STOPPING, JobStatus.FAILED)
 
@@ -107,14 +109,24 @@ class CatalogReader:
         #: each worker thread's catalog connection and the catalog file's inode it was opened on
         self._local = threading.local()
 
-    def _span_ns(self, job: JobOut) -> int | None:
-        """The newest profile's traced span, from its metadata file (the catalog does not keep it)."""
+    def _span_ns(self, job: JobOut, seen: tuple[sqlite3.Connection, int] | None = None) -> int | None:
+        """The newest profile's traced span, from its metadata file (the catalog does not keep it).
+
+        ``seen``: the connection the job was read on and its ``data_version`` then. A profile that
+        may still grow is read again only after a commit: every flush of a capture records the
+        rank's progress in the catalog. (Opening each one for every page, two thirds of the jobs
+        in bench/soak.py, was a twentieth of the server's time holding the GIL.)"""
         pid = job.latest_profile
         if pid is None or not PROFILE_ID.fullmatch(pid):
             return None
         live = job.status in _LIVE
         if not live and (found := self._spans.get(pid)) is not None:
             return found[0]
+        growing: dict[str, tuple[sqlite3.Connection, int, int | None]] = self._local.__dict__.setdefault(
+            "growing", {}
+        )
+        if live and seen is not None and (kept := growing.get(pid)) is not None and kept[:2] == seen:
+            return kept[2]
         try:  # a capture's ranks keep their own metadata: Profile.open reads them all
             meta = Profile.open(profile_dir(self.home, pid)).meta
         except (OSError, StoreError):  # removed meanwhile, or unreadable: the profile's page says why
@@ -126,10 +138,14 @@ class CatalogReader:
         )
         if not live:  # unknown ones too: a finished profile is not read again for every page
             self._spans.put(pid, (span,))
+        elif seen is not None:
+            if len(growing) >= _HITS_PER_THREAD:
+                growing.clear()
+            growing[pid] = (*seen, span)
         return span
 
-    def _with_span(self, job: JobOut) -> JobOut:
-        return job.model_copy(update={"duration_ns": self._span_ns(job)})
+    def _with_span(self, job: JobOut, seen: tuple[sqlite3.Connection, int] | None = None) -> JobOut:
+        return job.model_copy(update={"duration_ns": self._span_ns(job, seen)})
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -191,9 +207,10 @@ class CatalogReader:
         else:
             listing = f"SELECT {_JOB_COLUMNS} FROM {_JOBS}{clause} ORDER BY {order} LIMIT ? OFFSET ?"
         with self._db() as db:
+            seen = (db, int(db.execute("PRAGMA data_version").fetchone()[0]))
             total = int(db.execute(f"SELECT count(*) FROM jobs j{clause}", params).fetchone()[0])
             found = db.execute(listing, [*params, query.limit, query.offset]).fetchall()
-        return JobListOut(total=total, jobs=[self._with_span(_job(r)) for r in found])
+        return JobListOut(total=total, jobs=[self._with_span(_job(r), seen) for r in found])
 
     def job(self, id_or_name: str) -> JobDetailOut:
         """By name, else by number (the CLI's rule: a job named "3" wins over job number 3)."""
@@ -218,6 +235,17 @@ class CatalogReader:
         if not PROFILE_ID.fullmatch(profile_id):
             raise ProfileNotFound(f"profile {profile_id[:40]!r}: expected 16 hex digits (0-9, a-f)")
         with self._db() as db:
+            # The same answer while nothing was committed since on this connection: every tile
+            # looks its profile up, and one statement instead of three is fewer hand-overs of the
+            # GIL (each SQLite step lets the other threads go first). ``data_version`` changes
+            # with any other connection's commit; a new connection never matches a kept answer.
+            version = int(db.execute("PRAGMA data_version").fetchone()[0])
+            hits: dict[str, tuple[sqlite3.Connection, int, ProfileHit]] = self._local.__dict__.setdefault(
+                "hits", {}
+            )
+            kept = hits.get(profile_id)
+            if kept is not None and kept[0] is db and kept[1] == version:
+                return kept[2]
             ref = db.execute(
                 "SELECT id, created_ns, source, events, ranks, bytes, origin, job_id FROM profiles "
                 "WHERE id = ?",
@@ -233,7 +261,11 @@ class CatalogReader:
             raise ProfileNotFound(f"profile {profile_id!r}: its job was just removed")
         job = _job(row)
         live = job.status in (JobStatus.IN_PROGRESS, JobStatus.STOPPING) or int(running) > 0
-        return ProfileHit(_ref(ref[:7]), job, live)
+        hit = ProfileHit(_ref(ref[:7]), job, live)
+        if len(hits) >= _HITS_PER_THREAD:
+            hits.clear()
+        hits[profile_id] = (db, version, hit)
+        return hit
 
 
 def _running_ranks(db: sqlite3.Connection, profile_id: str) -> int:

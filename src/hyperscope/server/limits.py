@@ -9,10 +9,13 @@ connection and removes its spill directory as it unwinds.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar, cast
 
@@ -23,9 +26,12 @@ from hyperscope.analysis._common import connection
 from hyperscope.store.profile import Profile
 
 T = TypeVar("T")
+H = TypeVar("H")
 
 #: how often a timed-out query is interrupted again until its worker has stopped
 INTERRUPT_EVERY_S: Final = 0.05
+#: how long a light thread waits for work before it ends
+IDLE_THREAD_S: Final = 60.0
 
 #: how a request waits for its worker: ``(done, seconds left, what)`` → whether it finished in time
 WaitForWorker = Callable[[threading.Event, float, str], bool]
@@ -52,6 +58,8 @@ class _Slot(Generic[T]):
     lock: threading.Lock = field(default_factory=threading.Lock)
     con: duckdb.DuckDBPyConnection | None = None
     cancelled: bool = False
+    #: a light worker has taken it up (before that, a time-out only cancels it)
+    started: bool = False
     result: T | None = None
     error: BaseException | None = None
 
@@ -66,6 +74,11 @@ class QueryLimits:
     Work run ``lazy`` (timeline tiles, links, searches: answered from the memory-mapped index in
     milliseconds, DuckDB only for sample rows) has ``light`` slots of its own, so that a tile
     never waits behind two dashboards of seconds each (it waited up to 25 s in bench/soak.py).
+    The light slots are threads kept for the server's life (``run_async`` hands them a tile from
+    the event loop directly): in bench/soak.py a tile cost ~4 ms of CPU but waited 375 ms at p50,
+    most of it for the GIL at each of the six hand-overs between threads it took (event loop →
+    request thread → a new query thread, its start-up handshake, and back), each one a wait behind
+    every other runnable thread; now it takes two.
     """
 
     timeout_s: float = 30.0
@@ -76,7 +89,7 @@ class QueryLimits:
     #: wants it, not after a fraction of a second that a loaded machine spends opening DuckDB)
     wait: WaitForWorker = field(default=wait_for_worker, repr=False, compare=False)
     _slots: threading.BoundedSemaphore = field(init=False, repr=False, compare=False)
-    _light: threading.BoundedSemaphore = field(init=False, repr=False, compare=False)
+    _pool: _Threads = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -88,7 +101,7 @@ class QueryLimits:
         if self.light < 1:
             raise ValueError(f"light {self.light}: expected at least 1")
         object.__setattr__(self, "_slots", threading.BoundedSemaphore(self.concurrent))
-        object.__setattr__(self, "_light", threading.BoundedSemaphore(self.light))
+        object.__setattr__(self, "_pool", _Threads(self.light, "hyperscope-light"))
 
     def run(
         self,
@@ -105,35 +118,64 @@ class QueryLimits:
         Raises :class:`QueryTimeout` (after interrupting DuckDB) or whatever ``work`` raised.
         """
         started = time.monotonic()
-        slots, count = (self._light, self.light) if lazy else (self._slots, self.concurrent)
-        if not slots.acquire(timeout=self.timeout_s):
-            raise QueryTimeout(
-                f"{what} waited {self.timeout_s:g} s for one of the server's {count} analysis "
-                "slots, all busy with other requests; retry, or start the server with a larger "
-                "--query-timeout"
-            )
         slot: _Slot[T] = _Slot()
-        worker = threading.Thread(
-            target=_work,
-            args=(slot, profile, work, slots, lazy),
-            name=f"hyperscope-query-{what}",
-            daemon=True,
-        )
-        worker.start()
-        if not self.wait(slot.done, max(0.0, self.timeout_s - (time.monotonic() - started)), what):
-            with slot.lock:
-                slot.cancelled = True
+        if lazy:
+            self._pool.submit(_light_work, slot, lambda: (None, profile), lambda _, p, con: work(con))
+        else:
+            if not self._slots.acquire(timeout=self.timeout_s):
+                raise self._waited(what, self.concurrent)
             threading.Thread(
-                target=_interrupt, args=(slot,), name="hyperscope-interrupt", daemon=True
+                target=_work,
+                args=(slot, profile, work, self._slots),
+                name=f"hyperscope-query-{what}",
+                daemon=True,
             ).start()
-            raise QueryTimeout(
-                f"{what} took longer than the server's {self.timeout_s:g} s query limit and was "
-                "stopped; narrow the scope (rank, node, steps) or start the server with a larger "
-                "--query-timeout"
-            )
+        if not self.wait(slot.done, max(0.0, self.timeout_s - (time.monotonic() - started)), what):
+            raise self._stop(slot, what, lazy)
         if slot.error is not None:
             raise slot.error
         return slot.result  # type: ignore[return-value]  # set whenever error is not
+
+    async def run_async(
+        self,
+        opened: Callable[[], tuple[H, Profile]],
+        work: Callable[[H, Profile, duckdb.DuckDBPyConnection], T],
+        what: str,
+    ) -> T:
+        """``run(..., lazy=True)`` for an ``async`` route: ``opened()`` (the catalog look-up) and
+        then ``work(hit, profile, con)`` on one of the light threads while the event loop awaits
+        it, within ``timeout_s`` (the wait for a free light thread included)."""
+        slot: _Slot[T] = _Slot()
+        done = asyncio.wrap_future(self._pool.submit(_light_work, slot, opened, work))
+        try:
+            await asyncio.wait_for(asyncio.shield(done), self.timeout_s)
+        except TimeoutError:
+            raise self._stop(slot, what, True) from None
+        if slot.error is not None:
+            raise slot.error
+        return slot.result  # type: ignore[return-value]  # set whenever error is not
+
+    def _waited(self, what: str, count: int) -> QueryTimeout:
+        return QueryTimeout(
+            f"{what} waited {self.timeout_s:g} s for one of the server's {count} analysis "
+            "slots, all busy with other requests; retry, or start the server with a larger "
+            "--query-timeout"
+        )
+
+    def _stop(self, slot: _Slot[Any], what: str, light: bool) -> QueryTimeout:
+        """Past the time limit: light work is cancelled if no thread took it up yet, else the
+        DuckDB query is interrupted until it stops (an analysis has its thread from the start)."""
+        with slot.lock:
+            slot.cancelled = True
+            started = slot.started or slot.con is not None
+        if light and not started:
+            return self._waited(what, self.light)
+        threading.Thread(target=_interrupt, args=(slot,), name="hyperscope-interrupt", daemon=True).start()
+        return QueryTimeout(
+            f"{what} took longer than the server's {self.timeout_s:g} s query limit and was "
+            "stopped; narrow the scope (rank, node, steps) or start the server with a larger "
+            "--query-timeout"
+        )
 
     def check_rows(self, tables: dict[str, Table[Any]] | Sequence[tuple[str, int]]) -> None:
         """413 rather than a response too large for a browser to render."""
@@ -144,6 +186,60 @@ class QueryLimits:
                     f"table {name!r} has {rows:,} rows, over the server's cap of {self.max_rows:,}; "
                     "ask for fewer (top_k, buckets, bins) or start the server with a larger --max-rows"
                 )
+
+
+class _Threads:
+    """Up to ``size`` daemon threads, started as work arrives and kept until idle for
+    ``IDLE_THREAD_S`` (an app made and dropped, as in tests, leaves none behind for long): a
+    ThreadPoolExecutor's threads are joined when the interpreter exits, so one long index build
+    would hold up Ctrl+C."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size, self._name = size, name
+        self._tasks: queue.SimpleQueue[tuple[Future[None], Callable[..., None], tuple[Any, ...]]] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._started = 0
+        self._idle = 0  # threads waiting for work
+        self._queued = 0  # work no thread has taken yet
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> Future[None]:
+        future: Future[None] = Future()
+        self._tasks.put((future, fn, args))
+        with self._lock:
+            self._queued += 1
+            if self._queued > self._idle and self._started < self._size:
+                self._started += 1
+                name = f"{self._name}-{self._started}"
+                threading.Thread(target=self._serve, name=name, daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        with self._lock:
+            self._idle += 1
+        while True:
+            try:
+                future, fn, args = self._tasks.get(timeout=IDLE_THREAD_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._queued == 0:  # else work came just now, counted on this thread
+                        self._idle -= 1
+                        self._started -= 1
+                        return
+                continue
+            with self._lock:
+                self._idle -= 1
+                self._queued -= 1
+            if future.set_running_or_notify_cancel():
+                try:
+                    fn(*args)
+                except BaseException as exc:  # _light_work hands its errors over itself
+                    future.set_exception(exc)
+                else:
+                    future.set_result(None)
+            with self._lock:
+                self._idle += 1
 
 
 def _interrupt(slot: _Slot[Any]) -> None:
@@ -158,18 +254,34 @@ def _interrupt(slot: _Slot[Any]) -> None:
         slot.done.wait(INTERRUPT_EVERY_S)
 
 
+def _light_work(
+    slot: _Slot[T],
+    opened: Callable[[], tuple[H, Profile]],
+    work: Callable[[H, Profile, duckdb.DuckDBPyConnection], T],
+) -> None:
+    """On a light thread: nothing if the request already gave up, else the work on a connection
+    opened at its first use."""
+    try:
+        with slot.lock:
+            if slot.cancelled:
+                return
+            slot.started = True
+        hit, profile = opened()
+        with _LazyConnection(profile, slot) as con:
+            slot.result = work(hit, profile, cast(duckdb.DuckDBPyConnection, con))
+    except BaseException as exc:  # handed to the waiting request, which re-raises it
+        slot.error = exc
+    finally:
+        slot.done.set()
+
+
 def _work(
     slot: _Slot[T],
     profile: Profile,
     work: Callable[[duckdb.DuckDBPyConnection], T],
     slots: threading.BoundedSemaphore,
-    lazy: bool = False,
 ) -> None:
     try:
-        if lazy:
-            with _LazyConnection(profile, slot) as con:
-                slot.result = work(cast(duckdb.DuckDBPyConnection, con))
-            return
         # The analyses' own connection settings: a memory limit and a private spill directory.
         with connection(profile) as con:
             with slot.lock:

@@ -16,6 +16,7 @@ import gzip
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +174,18 @@ def router(
 ) -> APIRouter:
     """The endpoints, over the app's catalog look-up and query limits."""
     api = APIRouter(prefix="/api/profiles/{profile_id}/timeline", tags=["timeline"])
+    #: a finished profile's index by its id, as long as timeline.index's own bounded cache keeps
+    #: it: ``tl.load`` names the index by listing the profile's parts, a few system calls per
+    #: tile that each let every other thread take the GIL first
+    indexes: weakref.WeakValueDictionary[str, tl.Index] = weakref.WeakValueDictionary()
+
+    def index_of(hit: ProfileHit, profile: Profile) -> tl.Index:
+        if hit.live:
+            return tl.load(profile)
+        found = indexes.get(hit.ref.id)
+        if found is None:
+            found = indexes[hit.ref.id] = tl.load(profile)
+        return found
 
     def run(
         profile_id: str,
@@ -184,9 +197,20 @@ def router(
         hit, profile = open_profile(profile_id)
 
         def job(con: duckdb.DuckDBPyConnection) -> Any:
-            return work(tl.load(profile), con)
+            return work(index_of(hit, profile), con)
 
         return limits.run(profile, job, what, lazy=lazy), hit, profile
+
+    async def run_light(
+        profile_id: str, what: str, work: Callable[[tl.Index, duckdb.DuckDBPyConnection], Any]
+    ) -> Any:
+        """``run(..., lazy=True)`` from the event loop: the catalog look-up and the work on one
+        light thread (server/limits.py), not a request thread and a query thread as well."""
+        return await limits.run_async(
+            lambda: open_profile(profile_id),
+            lambda hit, profile, con: work(index_of(hit, profile), con),
+            what,
+        )
 
     @api.get("/rows")
     def get_rows(profile_id: str) -> Response:
@@ -214,7 +238,7 @@ def router(
         return _json({**answer, "cached": cached})
 
     @api.get("/tile")
-    def get_tile(
+    async def get_tile(
         request: Request,
         profile_id: str,
         rows: Annotated[str, Query(description="comma-separated row ids (from /rows)")],
@@ -250,7 +274,7 @@ def router(
 
         accepts_gzip = "gzip" in request.headers.get("accept-encoding", "")
         # the index answers event rows alone: DuckDB is opened only for sample rows
-        (payload, zipped), _, _ = run(profile_id, "a timeline tile", work, lazy=True)
+        payload, zipped = await run_light(profile_id, "a timeline tile", work)
         headers = {"Vary": "Accept-Encoding"}
         if zipped:  # the GZipMiddleware passes an answer with its own Content-Encoding as it is
             headers["Content-Encoding"] = "gzip"

@@ -3,12 +3,12 @@
 The index is derived data counted in the profile's size (docs/store.md), and as plain ``.npy``
 columns it was 18-32 bytes an event: 4-20 times the events' own Parquet. Compressed as one piece it
 would have to be unpacked whole at a process's first look and held in RAM (3.2 GB at 100M events).
-So each column is cut into blocks of ``BLOCK`` entries, each kept on its own: delta-coded where the
-column mostly grows, less its minimum in the narrowest unsigned type, byte-shuffled, zstd. A small
-directory (offset, length, minimum, first value, width per block, and for sorted columns each
-block's first value uncompressed) says where everything is, so a tile decodes only the blocks its
-window touches, and a binary search over a sorted range reads the directory first and then one
-block per probe.
+So each column is cut into blocks of ``BLOCK`` entries, each kept on its own (``_codec``: delta-coded
+where the column mostly grows, less its minimum in the narrowest unsigned type, byte-shuffled or
+not, zstd). A small directory (offset, length, minimum, first value, width and layout per block,
+and for sorted columns each block's first value uncompressed) says where everything is, so a
+tile decodes only the blocks its window touches, and a binary search over a sorted range reads the
+directory first and then one block per probe.
 
 Decoded blocks are shared by every index of the process in one LRU bounded in bytes
 (``cache_bytes``, ``HYPERSCOPE_TIMELINE_CACHE_MB``): a server drawing many large profiles holds at
@@ -25,6 +25,7 @@ block by block.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -34,36 +35,49 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-#: entries per block: 64k (0.5 MB of int64 decoded), a few hundred microseconds to decode; kept in
-#: each column's directory, so ``HYPERSCOPE_TIMELINE_BLOCK`` (tests: blocks of a few hundred) only
-#: changes what is written
-BLOCK: Final = 1 << 16
-ZSTD_LEVEL: Final = 9
-#: columns coded as differences of consecutive entries (they grow within a row's level)
-DELTA: Final = frozenset({"ts", "cum", "pts", "m_ts", "src", "m_src"})
-#: columns sorted within the ranges the tiles search: their blocks' first values are kept apart
-SORTED: Final = frozenset({"ts", "m_ts"})
-_WIDTHS: Final = (np.uint8, np.uint16, np.uint32, np.uint64)
-#: a column decoded whole when its decoded bytes are at most the cache's bound over this (at 10M
-#: events the largest column, 80 MB, fits the default 512 MiB; so do all of them together; tests
-#: raise it to read block by block)
+from hyperscope.timeline._codec import DELTA, decode_block, undo
+from hyperscope.timeline._codec import encode_block as encode_block
+from hyperscope.timeline._codec import write_column as write_column
+
+#: a column is decoded into one array when its decoded bytes are at most the cache's bound over
+#: this (at 10M events the largest column, 80 MB, fits the default 512 MiB; so do all of them
+#: together; tests raise it to read block by block)
 WHOLE_SHARE = 4
-#: a column is decoded whole by the first slice or gather after which at least 1 / WIDE of its
-#: blocks will have been read (the whole run's tile reads every block of the start times and
-#: running sums); until then reads and searches decode only their blocks (a search, the list of
-#: steps or a short window's tile touches a few blocks of a column: decoding all of it for them
-#: would cost many times as much); the blocks already decoded are copied, not decoded again
-WIDE: Final = 2
-#: the block number under which a column decoded whole is kept in the cache
+#: the block number under which a column's one array (``_Arena``) is kept in the cache
 WHOLE: Final = -1
+#: a read missing this many blocks decodes half of them in a second thread (a whole-run tile
+#: decodes every block of the start times and running sums: at 10M events, twenty million entries)
+PARALLEL: Final = 16
+#: blocks decoded per hold of a column's lock
+FILL: Final = 32
 
 
-def block_size() -> int:
-    """Entries per block written now (``BLOCK``, else ``HYPERSCOPE_TIMELINE_BLOCK``)."""
-    try:
-        return max(1, int(os.environ.get("HYPERSCOPE_TIMELINE_BLOCK", BLOCK)))
-    except ValueError:
-        return BLOCK
+class _Arena:
+    """A column's values in one array, filled block by block as reads ask for them: a read is a
+    view (or a gather) of one contiguous array, as of an ``.npy`` column, however many blocks it
+    spans, and a block is decoded once, where it lies, with no second decoding or copy when the
+    whole column is read later. Counted in the cache by the entries filled so far."""
+
+    __slots__ = ("count", "filled", "ro", "values")
+
+    def __init__(self, n: int, dtype: np.dtype[Any], blocks: int) -> None:
+        # anonymous memory of its own, in plain pages taken only where blocks are written: numpy
+        # asks the kernel for huge pages for large arrays, whose first touch may stop to compact
+        # memory (a fresh server's first whole-run tile: 259 ms of CPU, 199 of them in the kernel,
+        # against 76 ms with plain pages, on this loaded machine)
+        self.values = np.frombuffer(mmap.mmap(-1, max(1, n * dtype.itemsize)), dtype=dtype, count=n)
+        self.ro = self.values.view()
+        self.ro.setflags(write=False)
+        self.filled = np.zeros(blocks, dtype=np.bool_)
+        self.count = 0  # entries filled
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.values.itemsize
+
+    @property
+    def complete(self) -> bool:
+        return self.count == len(self.values)
 
 
 def cache_bytes() -> int:
@@ -80,13 +94,13 @@ class BlockCache:
     the block being returned)."""
 
     def __init__(self) -> None:
-        self._blocks: OrderedDict[tuple[int, int], npt.NDArray[Any]] = OrderedDict()
+        self._blocks: OrderedDict[tuple[int, int], Any] = OrderedDict()  # arrays and _Arena
         self._lock = threading.Lock()
         self.nbytes = 0
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: tuple[int, int]) -> npt.NDArray[Any] | None:
+    def get(self, key: tuple[int, int]) -> Any:
         with self._lock:
             found = self._blocks.get(key)
             if found is None:
@@ -96,7 +110,7 @@ class BlockCache:
             self._blocks.move_to_end(key)
             return found
 
-    def put(self, key: tuple[int, int], block: npt.NDArray[Any]) -> None:
+    def put(self, key: tuple[int, int], block: Any) -> None:
         """Keep ``block``, unless its whole column is kept already (decoded by another thread)."""
         limit = cache_bytes()
         with self._lock:
@@ -108,15 +122,29 @@ class BlockCache:
                 _, old = self._blocks.popitem(last=False)
                 self.nbytes -= old.nbytes
 
-    def peek(self, key: tuple[int, int]) -> npt.NDArray[Any] | None:
+    def grew(self, key: tuple[int, int], entry: Any, added: int) -> None:
+        """``entry`` (kept under ``key``) holds ``added`` bytes more: counted, and the least
+        recently used others dropped past the bound (nothing, if it was dropped meanwhile)."""
+        limit = cache_bytes()
+        with self._lock:
+            if self._blocks.get(key) is not entry:
+                return
+            self.nbytes += added
+            self._blocks.move_to_end(key)
+            while self.nbytes > limit and len(self._blocks) > 1:
+                _, old = self._blocks.popitem(last=False)
+                self.nbytes -= old.nbytes
+
+    def peek(self, key: tuple[int, int]) -> Any:
         """What ``get`` answers, but counted neither as a hit nor a miss, nor made recent."""
         with self._lock:
             return self._blocks.get(key)
 
-    def drop(self, owner: int) -> None:
-        """Forget the blocks of one column (its index is gone)."""
+    def drop(self, owner: int, blocks_only: bool = False) -> None:
+        """Forget the blocks of one column (its index is gone), or with ``blocks_only`` all but
+        the column decoded whole (which holds them)."""
         with self._lock:
-            for key in [k for k in self._blocks if k[0] == owner]:
+            for key in [k for k in self._blocks if k[0] == owner and not (blocks_only and k[1] == WHOLE)]:
                 self.nbytes -= self._blocks.pop(key).nbytes
 
     def clear(self) -> None:
@@ -131,72 +159,6 @@ _IDS = iter(range(1 << 62))
 _IDS_LOCK = threading.Lock()
 
 
-def _codec() -> Any:
-    import pyarrow as pa
-
-    return pa.Codec("zstd", ZSTD_LEVEL)
-
-
-def encode_block(values: npt.NDArray[Any], delta: bool) -> tuple[bytes, list[int]]:
-    """One block's bytes and its directory entry ``[length, minimum, first, width]``."""
-    v = np.asarray(values, dtype=np.int64)
-    first = int(v[0]) if len(v) else 0
-    if delta and len(v):
-        v = np.diff(v, prepend=v[:1])
-    lo = int(v.min()) if len(v) else 0
-    span = int(v.max()) - lo if len(v) else 0
-    width = next(w for w in _WIDTHS if span <= np.iinfo(w).max)
-    narrow = (v - lo).astype(width)
-    shuffled = narrow.view(np.uint8).reshape(-1, narrow.itemsize).T.tobytes()
-    packed = _codec().compress(shuffled, asbytes=True)
-    return packed, [len(packed), lo, first, int(np.dtype(width).itemsize)]
-
-
-def decode_block(raw: bytes, n: int, entry: list[int], delta: bool, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    """What :func:`encode_block` wrote, as ``n`` values of ``dtype``."""
-    import pyarrow as pa
-
-    _, lo, first, size = entry
-    plain = pa.Codec("zstd").decompress(raw, n * size, asbytes=True)
-    # the byte planes put back together by shifts (contiguous, several times faster than a
-    # transposed copy); bits past 2^63 wrap, as the minimum added after does: exact modulo 2^64
-    planes = np.frombuffer(plain, dtype=np.uint8).reshape(size, n)
-    v = planes[0].astype(np.int64)
-    for j in range(1, size):
-        v |= planes[j].astype(np.int64) << np.int64(8 * j)
-    v += np.int64(lo)
-    if delta and n:
-        v[0] = first
-        v = np.cumsum(v)
-    out: npt.NDArray[Any] = v.astype(dtype, copy=False)
-    return out
-
-
-def write_column(path: Path, values: npt.NDArray[Any], name: str) -> dict[str, Any]:
-    """Write ``values`` block by block into ``path``; the column's directory (JSON-ready)."""
-    delta = name in DELTA
-    size = block_size()
-    entries: list[list[int]] = []
-    firsts: list[int] = []
-    offset = 0
-    with path.open("wb") as fh:
-        for start in range(0, len(values), size):
-            block = np.asarray(values[start : start + size])
-            packed, entry = encode_block(block, delta)
-            fh.write(packed)
-            entries.append([offset, *entry])
-            offset += len(packed)
-            if name in SORTED:
-                firsts.append(int(block[0]))
-    return {
-        "n": len(values),
-        "dtype": np.dtype(values.dtype).str,
-        "block": size,
-        "blocks": entries,
-        "firsts": firsts,
-    }
-
-
 class BlockColumn:
     """One stored column, read as an array would be (``col[i]``, ``col[lo:hi]``, ``col[indices]``,
     ``np.asarray(col)``), decoding only the blocks asked for, through :data:`CACHE`."""
@@ -209,7 +171,6 @@ class BlockColumn:
         "_id",
         "_lock",
         "_path",
-        "_read",
         "_whole_lock",
         "dtype",
         "n",
@@ -218,7 +179,7 @@ class BlockColumn:
     def __init__(self, path: Path, name: str, directory: dict[str, Any]) -> None:
         self._path = path
         self._delta = name in DELTA
-        self._dir = np.asarray(directory["blocks"], dtype=np.int64).reshape(-1, 5)
+        self._dir = np.asarray(directory["blocks"], dtype=np.int64).reshape(-1, 6)
         self._firsts = np.asarray(directory.get("firsts", []), dtype=np.int64)
         self.n = int(directory["n"])
         self.dtype = np.dtype(directory["dtype"])
@@ -227,7 +188,6 @@ class BlockColumn:
             raise ValueError(f"{path}: blocks of {self.B} entries")
         self._lock = threading.Lock()
         self._whole_lock = threading.Lock()
-        self._read = np.zeros(len(self._dir), dtype=np.bool_)  # the blocks read so far
         with _IDS_LOCK:
             self._id = next(_IDS)
         expected = -(-self.n // self.B)
@@ -254,68 +214,117 @@ class BlockColumn:
         return (self.n,)
 
     def fits_whole(self) -> bool:
-        """Whether this column is decoded whole (its decoded bytes fit the share of the cache)."""
+        """Whether this column is read through one array (its decoded bytes fit the share of the
+        cache), else block by block."""
         return bool(self.n * self.dtype.itemsize <= cache_bytes() // WHOLE_SHARE)
+
+    def _arena(self) -> _Arena | None:
+        """The column's one array (made empty at its first read), or None when it does not fit."""
+        if not self.fits_whole():
+            return None
+        key = (self._id, WHOLE)
+        found: _Arena | None = CACHE.get(key)
+        if found is None:
+            with self._whole_lock:
+                found = CACHE.peek(key)
+                if found is None:
+                    found = _Arena(self.n, self.dtype, len(self._dir))
+                    CACHE.put(key, found)
+        return found
+
+    def _fill(self, arena: _Arena, blocks: npt.NDArray[np.intp]) -> None:
+        """Decode into ``arena`` those of ``blocks`` it lacks (a block kept from before the column
+        fitted is copied, not decoded again). One thread at a time per column, ``FILL`` blocks at a
+        time: a tile needing a few blocks waits for a chunk, not for another reader's whole pass."""
+        need = blocks[~arena.filled[blocks]]
+        for start in range(0, len(need), FILL):
+            self._fill_some(arena, need[start : start + FILL])
+
+    def _fill_some(self, arena: _Arena, blocks: npt.NDArray[np.intp]) -> None:
+        if not len(blocks):
+            return
+        with self._whole_lock:
+            missing = [int(k) for k in blocks[~arena.filled[blocks]]]
+            if not missing:
+                return
+            with self._lock, self._path.open("rb") as fh:
+                if len(missing) > 8:  # one read of the file (a few bytes an entry), not many
+                    raw = memoryview(fh.read())
+                    pieces = {k: raw[self._dir[k, 0] : self._dir[k, 0] + self._dir[k, 1]] for k in missing}
+                else:
+                    pieces = {}
+                    for k in missing:
+                        fh.seek(int(self._dir[k, 0]))
+                        pieces[k] = memoryview(fh.read(int(self._dir[k, 1])))
+            if len(missing) >= PARALLEL:  # half on a second core (zstd and numpy let go of the GIL)
+                half = len(missing) // 2
+                other: list[tuple[int, bool]] = []
+                helper = threading.Thread(
+                    target=lambda: other.append(self._decode_into(arena, missing[half:], pieces)),
+                    name="hyperscope-timeline-decode",
+                    daemon=True,
+                )
+                helper.start()
+                added, copied = self._decode_into(arena, missing[:half], pieces)
+                helper.join()
+                if not other:
+                    raise RuntimeError(f"{self._path}: blocks {missing[half]}.. were not decoded")
+                added, copied = added + other[0][0], copied or other[0][1]
+            else:
+                added, copied = self._decode_into(arena, missing, pieces)
+            arena.count += added
+        CACHE.grew((self._id, WHOLE), arena, added * self.dtype.itemsize)
+        if copied:
+            CACHE.drop(self._id, blocks_only=True)  # now held in the arena
+
+    def _decode_into(self, arena: _Arena, blocks: list[int], pieces: dict[int, Any]) -> tuple[int, bool]:
+        """Decode ``blocks`` (their bytes in ``pieces``) where they lie in ``arena``; the entries
+        filled, and whether any was copied from a block kept before."""
+        import pyarrow as pa
+
+        codec = pa.Codec("zstd")
+        added, copied = 0, False
+        scratch = None if self.dtype == np.int64 else np.empty(min(self.B, self.n), dtype=np.int64)
+        for k in blocks:
+            a, b = k * self.B, min(self.n, (k + 1) * self.B)
+            cached = CACHE.peek((self._id, k))
+            if cached is not None:
+                arena.values[a:b] = cached
+                copied = True
+            else:
+                lo, first, size, flat = (int(x) for x in self._dir[k, 2:])
+                plain = codec.decompress(pieces[k], (b - a) * size, asbytes=False)
+                v = arena.values[a:b] if scratch is None else scratch[: b - a]
+                undo(plain, v, lo, first, size, self._delta, bool(flat))
+                if scratch is not None:
+                    np.copyto(arena.values[a:b], v, casting="unsafe")
+            arena.filled[k] = True
+            added += b - a
+        return added, copied
 
     def whole(self, decode: bool = True) -> npt.NDArray[Any] | None:
         """The whole column decoded into one read-only array (from the cache when it is there),
         or None when it is too large for that (then it is read block by block), or when it is
-        not decoded yet and ``decode`` is false."""
-        if not self.fits_whole():
+        not all decoded yet and ``decode`` is false."""
+        if not decode:
+            found = CACHE.peek((self._id, WHOLE)) if self.fits_whole() else None
+            return found.ro if found is not None and found.complete else None
+        arena = self._arena()
+        if arena is None:
             return None
-        key = (self._id, WHOLE)
-        found = CACHE.get(key) if decode else CACHE.peek(key)
-        if found is not None or not decode:
-            return found
-        with self._whole_lock:  # one thread decodes it, the others wait for its answer
-            found = CACHE.get(key)
-            if found is not None:
-                return found
-            out = self._decode_whole()
-            CACHE.drop(self._id)  # its blocks, now held twice
-            CACHE.put(key, out)
-            return out
-
-    def _decode_whole(self) -> npt.NDArray[Any]:
-        """Every block, read in one piece and decoded straight into one preallocated array: one
-        zstd call a block, then its byte planes, minimum and differences undone in place (no
-        temporary block, no copy after)."""
-        import pyarrow as pa
-
-        codec = pa.Codec("zstd")
-        wide = np.empty(self.n, dtype=np.int64)
-        with self._lock, self._path.open("rb") as fh:
-            raw = fh.read()
-        for k, (offset, length, lo, first, size) in enumerate(self._dir.tolist()):
-            a = k * self.B
-            b = min(self.n, a + self.B)
-            cached = CACHE.peek((self._id, k))
-            if cached is not None:
-                wide[a:b] = cached
-                continue
-            plain = codec.decompress(memoryview(raw)[offset : offset + length], (b - a) * size, asbytes=False)
-            planes = np.frombuffer(plain, dtype=np.uint8).reshape(size, b - a)
-            v = wide[a:b]
-            np.copyto(v, planes[0], casting="unsafe")
-            for j in range(1, size):  # as decode_block: exact modulo 2^64
-                v |= planes[j].astype(np.int64) << np.int64(8 * j)
-            v += np.int64(lo)
-            if self._delta and b > a:
-                v[0] = first
-                np.cumsum(v, out=v)
-        out = wide if self.dtype == np.int64 else wide.astype(self.dtype)
-        out.setflags(write=False)
-        return out
+        self._fill(arena, np.arange(len(self._dir)))
+        return arena.ro
 
     def block(self, k: int) -> npt.NDArray[Any]:
         """Block ``k``, decoded (from the cache when it is there)."""
-        w = self.whole(decode=False)
-        if w is not None:
-            return w[k * self.B : (k + 1) * self.B]
+        arena = self._arena()
+        if arena is not None:
+            self._fill(arena, np.asarray([k]))
+            return arena.ro[k * self.B : (k + 1) * self.B]
         key = (self._id, k)
         found = CACHE.get(key)
         if found is not None:
-            return found
+            return found  # type: ignore[no-any-return]
         offset, length, *entry = (int(x) for x in self._dir[k])
         with self._lock, self._path.open("rb") as fh:
             fh.seek(offset)
@@ -326,21 +335,14 @@ class BlockColumn:
         CACHE.put(key, out)
         return out
 
-    def _wide(self, blocks: Any) -> bool:
-        """Whether, with ``blocks`` (a slice or an array of block numbers) read now, enough of the
-        column has been read to decode it whole (see ``WIDE``)."""
-        if not self.fits_whole():
-            return False
-        self._read[blocks] = True
-        return int(np.count_nonzero(self._read)) * WIDE >= len(self._dir)
-
     def _slice(self, lo: int, hi: int) -> npt.NDArray[Any]:
         if hi <= lo:
             return np.zeros(0, self.dtype)
-        w = self.whole(decode=self._wide(slice(lo // self.B, (hi - 1) // self.B + 1)))
-        if w is not None:
-            return w[lo:hi]
         b0, b1 = lo // self.B, (hi - 1) // self.B
+        arena = self._arena()
+        if arena is not None:
+            self._fill(arena, np.arange(b0, b1 + 1))
+            return arena.ro[lo:hi]
         if b0 == b1:
             return self.block(b0)[lo - b0 * self.B : hi - b0 * self.B]
         pieces = [self.block(k) for k in range(b0, b1 + 1)]
@@ -349,13 +351,14 @@ class BlockColumn:
         return np.concatenate(pieces)
 
     def _take(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
-        out = np.empty(len(idx), dtype=self.dtype)
         if not len(idx):
-            return out
-        w = self.whole(decode=self._wide(idx // self.B))
-        if w is not None:
-            return w[idx]
+            return np.empty(0, dtype=self.dtype)
         which = idx // self.B
+        arena = self._arena()
+        if arena is not None:
+            self._fill(arena, np.flatnonzero(np.bincount(which, minlength=len(self._dir))))
+            return arena.ro[idx]
+        out = np.empty(len(idx), dtype=self.dtype)
         for k, group in _groups(which):
             out[group] = self.block(k)[idx[group] - k * self.B]
         return out
@@ -408,6 +411,11 @@ class BlockColumn:
         b0, b1 = lo // self.B, (hi - 1) // self.B
         # the blocks after b0 start inside the range: their first values are sorted too
         which = b0 + np.searchsorted(self._firsts[b0 + 1 : b1 + 1], values, side=side)  # type: ignore[call-overload]
+        arena = self._arena()
+        if arena is not None:
+            self._fill(arena, np.flatnonzero(np.bincount(which - b0)) + b0)
+            if bool(arena.filled[b0 : b1 + 1].all()):  # one search, as in a plain array
+                return np.searchsorted(arena.ro[lo:hi], values, side=side).astype(np.int64) + lo  # type: ignore[call-overload,no-any-return]
         out = np.empty(values.shape, dtype=np.int64)
         for k, sel in _groups(which):
             a, b = max(lo, k * self.B), min(hi, (k + 1) * self.B)

@@ -205,6 +205,8 @@ class Index:
     m_ts: Column  # instants
     m_name: Column
     m_src: Column
+    #: ``rows.steps`` as a stored index keeps it (None: computed from the columns)
+    stored_steps: tuple[dict[str, Any], ...] | None = None
 
     @functools.cached_property
     def by_id(self) -> dict[str, RowInfo]:
@@ -381,8 +383,17 @@ def pack(where: Path) -> None:
         values = np.load(where / f"{c}.npy", mmap_mode="r")
         columns[c] = _blocks.write_column(where / f"{c}.blk", values, c)
         del values
-        (where / f"{c}.npy").unlink()
     meta["columns"] = columns
+    from hyperscope.timeline.rows import step_windows
+
+    rows = tuple(_row_info(r) for r in meta["rows"])
+    cols = {c: np.load(where / f"{c}.npy", mmap_mode="r") for c in ("kind", "name", "ts", "cum")}
+    meta["steps"] = step_windows(
+        rows, cols["kind"], cols["name"], cols["ts"], cols["cum"], tuple(meta["names"])
+    )
+    del cols
+    for c in COLUMNS:
+        (where / f"{c}.npy").unlink()
     write_packed(where / META, json.dumps(meta, separators=(",", ":")).encode())
     (where / "meta.json").unlink()
 
@@ -417,18 +428,21 @@ def _read(where: Path) -> Index | None:
             arrays = {
                 c: np.asarray(np.load(where / f"{c}.npy", mmap_mode="r")) for c in COLUMNS if c != "pts"
             }
-        rows = tuple(
-            RowInfo(
-                **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}
-            )
-            for r in meta["rows"]
-        )
+        rows = tuple(_row_info(r) for r in meta["rows"])
         names, parts, offsets = tuple(meta["names"]), tuple(meta["parts"]), tuple(meta["offsets"])
         if "pts" not in arrays:  # the .npy layout has no pts: computed (one pass, in memory)
             arrays["pts"] = _starts_by_class(arrays["ts"], arrays["perm"], rows)
+        steps = meta.get("steps")
+        stored_steps = None if steps is None else tuple(dict(s) for s in steps)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
-    return Index(rows=rows, names=names, parts=parts, offsets=offsets, **arrays)
+    return Index(rows=rows, names=names, parts=parts, offsets=offsets, stored_steps=stored_steps, **arrays)
+
+
+def _row_info(r: dict[str, Any]) -> RowInfo:
+    return RowInfo(
+        **{**r, "depth_starts": tuple(r["depth_starts"]), "class_starts": tuple(r["class_starts"])}
+    )
 
 
 def _starts_by_class(ts: Ints, perm: Ints, rows: tuple[RowInfo, ...]) -> I64:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from hyperscope.errors import UsageError
 from hyperscope.schema.events import SampleMetric
 from hyperscope.timeline import tracks as _tracks
-from hyperscope.timeline.index import KINDS, Index, span
+from hyperscope.timeline.index import KINDS, Column, Index, RowInfo, span
 from hyperscope.timeline.tile import boundaries
 
 #: sample metrics drawn as CPU tracks of a node (in this order)
@@ -216,24 +216,37 @@ def _samples(
 def steps(index: Index) -> list[dict[str, Any]]:
     """One entry per step name (``ProfilerStep#N``), by start: the window from its earliest start
     to its latest end over every rank, and how many ranks ran it. A list of thousands of steps
-    per rank would be megabytes of JSON; the user zooms to ``step_41``, not to one rank's."""
+    per rank would be megabytes of JSON; the user zooms to ``step_41``, not to one rank's. A stored
+    index keeps the list in its directory (``index.pack``): read from compressed blocks it would
+    decode the kind of every host event at the first look, most of the first ``/rows``."""
+    if index.stored_steps is not None:
+        return [dict(s) for s in index.stored_steps]
+    return step_windows(index.rows, index.kind, index.name, index.ts, index.cum, index.names)
+
+
+def step_windows(
+    rows: tuple[RowInfo, ...], kind: Column, name: Column, ts: Column, cum: Column, names: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """What :func:`steps` answers, from the index's columns (arrays or stored blocks)."""
     step = KINDS.index("step")
-    hosts = [r for r in index.rows if r.side == "host"]
+    hosts = [r for r in rows if r.side == "host"]
     where = np.concatenate(
-        [np.flatnonzero(index.kind[r.start : r.stop] == step) + r.start for r in hosts]
+        [np.flatnonzero(np.asarray(kind[r.start : r.stop]) == step) + r.start for r in hosts]
         or [np.zeros(0, np.int64)]
     )
     if len(where) == 0:
         return []
-    names = np.asarray(index.name[where])
-    order = np.argsort(names, kind="stable")
-    where, names = where[order], names[order]
-    keys, first, counts = np.unique(names, return_index=True, return_counts=True)
-    starts = np.minimum.reduceat(np.asarray(index.ts[where]), first)
-    ends = np.maximum.reduceat(np.asarray(index.ts[where] + index.dur[where]), first)
+    at = np.asarray(name[where])
+    order = np.argsort(at, kind="stable")
+    where, at = where[order], at[order]
+    keys, first, counts = np.unique(at, return_index=True, return_counts=True)
+    start = np.asarray(ts[where], dtype=np.int64)
+    end = start + np.asarray(cum[where + 1], dtype=np.int64) - np.asarray(cum[where], dtype=np.int64)
+    starts = np.minimum.reduceat(start, first)
+    ends = np.maximum.reduceat(end, first)
     out = [
-        {"name": index.names[int(k)], "ts_ns": int(a), "dur_ns": int(b - a), "events": int(c)}
-        for k, a, b, c in zip(keys, starts, ends, counts, strict=True)
+        {"name": names[int(k)], "ts_ns": int(a), "dur_ns": int(b - a), "events": int(c)}
+        for k, a, b, c in zip(keys.tolist(), starts.tolist(), ends.tolist(), counts.tolist(), strict=True)
     ]
     out.sort(key=lambda e: (e["ts_ns"], e["name"]))
     return out

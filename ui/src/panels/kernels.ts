@@ -16,6 +16,33 @@ export function short(name: string): string {
   return name.length > 64 ? `${name.slice(0, 36)}…${name.slice(-27)}` : name;
 }
 
+/** Each name's bar label, none alike: `short`, except where two names' heads and tails are the same
+ * (cuBLAS kernels differ in the middle, as `tilesize128x128x8` vs `tilesize128x64x8`): those show the
+ * part where they differ, and any still alike are numbered. */
+export function labels(names: string[]): Map<string, string> {
+  const out = names.map(short);
+  const common = (a: string, b: string): number => {
+    let i = 0;
+    while (i < a.length && a[i] === b[i]) i++;
+    return i;
+  };
+  const alike = (): number[][] => {
+    const groups = new Map<string, number[]>();
+    out.forEach((label, i) => groups.set(label, [...(groups.get(label) ?? []), i]));
+    return [...groups.values()].filter((g) => g.length > 1);
+  };
+  for (const group of alike()) {
+    for (const i of group) {
+      const n = names[i]!;
+      const p = Math.max(...group.filter((j) => j !== i).map((j) => common(n, names[j]!)));
+      const at = Math.max(13, p - 16);
+      out[i] = `${n.slice(0, 12)}…${n.slice(at, at + 36)}…${n.slice(-14)}`;
+    }
+  }
+  for (const group of alike()) group.forEach((i, k) => (out[i] = `${out[i]} (${k + 1})`));
+  return new Map(names.map((n, i) => [n, out[i]!]));
+}
+
 /** px of a bar chart of `n` bars: every bar keeps its label */
 export function barsHeight(n: number): number {
   return Math.max(340, 40 + 20 * n);
@@ -23,6 +50,7 @@ export function barsHeight(n: number): number {
 
 function bars(rows: Row[], column: "total_ns" | "launches", fmt: (v: number) => string): Option {
   const names = rows.map((r) => String(r.name));
+  const label = labels(names);
   return {
     // the whole row answers the pointer, not only the bar (a tiny bar could not be hovered),
     // the label included
@@ -55,7 +83,7 @@ function bars(rows: Row[], column: "total_ns" | "launches", fmt: (v: number) => 
       type: "category",
       inverse: true,
       data: names,
-      axisLabel: { formatter: short, fontSize: 10, interval: 0, width: 420, overflow: "truncate" },
+      axisLabel: { formatter: (name: string) => label.get(name) ?? short(name), fontSize: 10, interval: 0, width: 420, overflow: "truncate" },
       triggerEvent: true,
     },
     series: [
