@@ -163,7 +163,9 @@ def test_recovery_commands_and_the_adopted_default(tmp_path: Path) -> None:
     assert parse_spec(adopted, tmp_path / "a.yaml").recovery.agent
 
 
-def test_a_backup_controller_is_the_local_providers(tmp_path: Path) -> None:
+def test_a_backup_controller_is_a_flag_locally_a_host_on_ssh_and_the_operators_on_existing(
+    tmp_path: Path,
+) -> None:
     data = _valid()
     assert not parse_spec(data, DATA / "valid.yaml").slurm.backup_controller
     data["slurm"] = {"backup_controller": True}
@@ -172,5 +174,57 @@ def test_a_backup_controller_is_the_local_providers(tmp_path: Path) -> None:
     conf.write_text("ClusterName=x\n")
     adopted = {"name": "a", "provider": "existing", "slurm_conf": str(conf), "shared_dir": "s"}
     adopted["slurm"] = {"backup_controller": True}
-    with pytest.raises(SpecError, match=r"slurm\.backup_controller: is built by the local provider only"):
+    with pytest.raises(SpecError, match=r"slurm\.backup_controller: is not built by the existing provider"):
         parse_spec(adopted, tmp_path / "a.yaml")
+    (tmp_path / "lc").mkdir()
+    (tmp_path / "lc" / "on_create.sh").write_text("true\n")
+    ssh: dict[str, object] = {
+        "name": "s", "provider": "ssh", "lifecycle_scripts": "lc", "shared_dir": "s",
+        "instance_groups": [{"name": "c", "role": "controller", "count": 1, "hosts": ["10.0.0.1"]},
+                            {"name": "w", "role": "worker", "count": 1, "hosts": ["10.0.0.2"]}],
+    }  # fmt: skip
+    assert not parse_spec(ssh, tmp_path / "s.yaml").slurm.backup_controller
+    ssh["slurm"] = {"backup_controller": "10.0.0.9"}
+    s = parse_spec(ssh, tmp_path / "s.yaml").slurm
+    assert s.backup_controller and s.backup_host == "10.0.0.9"
+    ssh["slurm"] = {"backup_controller": True}  # which host, on the ssh provider?
+    with pytest.raises(SpecError, match=r"slurm\.backup_controller: names the backup controller's host"):
+        parse_spec(ssh, tmp_path / "s.yaml")
+
+
+def test_an_adopted_clusters_opt_ins_need_ssh_and_are_the_existing_providers(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    (tmp_path / "spare.sh").write_text("true\n")
+    adopted: dict[str, object] = {
+        "name": "a",
+        "provider": "existing",
+        "slurm_conf": str(conf),
+        "shared_dir": "s",
+    }
+    plain = parse_spec(adopted, tmp_path / "a.yaml")
+    assert plain.ssh is None and not plain.recovery.health_loops and plain.recovery.spare_script is None
+    adopted["recovery"] = {
+        "health_loops": True,
+        "spare_script": "spare.sh",
+        "restart_controller_command": "x $1",
+    }
+    with pytest.raises(SpecError, match=r"a\.yaml: ssh: is required by recovery\.health_loops"):
+        parse_spec(adopted, tmp_path / "a.yaml")
+    adopted["ssh"] = {"port": 2222, "python": "/opt/hs/bin/python"}
+    spec = parse_spec(adopted, tmp_path / "a.yaml")
+    assert spec.ssh is not None and spec.ssh.port == 2222 and spec.ssh.python == "/opt/hs/bin/python"
+    r = spec.recovery
+    assert (
+        r.health_loops and r.spare_script == tmp_path / "spare.sh" and r.restart_controller_command == "x $1"
+    )
+    adopted["recovery"] = {"spare_script": "missing.sh"}
+    with pytest.raises(SpecError, match=r"recovery\.spare_script: no such file: .*missing\.sh"):
+        parse_spec(adopted, tmp_path / "a.yaml")
+    adopted["recovery"], adopted["ssh"] = {}, {"python": "python3"}
+    with pytest.raises(SpecError, match=r"ssh\.python: must be the absolute path"):
+        parse_spec(adopted, tmp_path / "a.yaml")
+    local = _valid()
+    local["recovery"] = {"health_loops": True}  # local and ssh nodes always have their loop
+    with pytest.raises(SpecError, match=r"recovery\.health_loops: is the existing provider's"):
+        parse_spec(local, DATA / "valid.yaml")

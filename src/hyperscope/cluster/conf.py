@@ -34,6 +34,7 @@ def slurm_conf(
     s = spec.slurm
     workers = [n for n in state.nodes if n.slurm]
     gpus = {g.name: g.gpus_per_node for g in spec.groups}
+    pid_dir = ctld_dir(state) if state.backup_controller and not root else d / "state"
     lines = [
         "# Written by hyperscope from " + (state.spec_path or "a spec") + "; rewritten on every create.",
         f"ClusterName={spec.name}",
@@ -44,9 +45,9 @@ def slurm_conf(
         f"AuthInfo=socket={r / 'munge' / 'munge.sock'},cred_expire={s.cred_expire}",
         "SlurmUser=root",
         "SlurmdUser=root",
-        f"StateSaveLocation={d / 'state'}",
+        f"StateSaveLocation={shared_state_dir(state) if root and state.backup_host else d / 'state'}",
         f"SlurmdSpoolDir={r / 'spool'}/%n",
-        f"SlurmctldPidFile={(ctld_dir(state) if state.backup_controller else d / 'state') / 'slurmctld.pid'}",
+        f"SlurmctldPidFile={pid_dir / 'slurmctld.pid'}",
         f"SlurmdPidFile={d / 'state'}/slurmd-%n.pid",
         f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
         f"SlurmdLogFile={d / 'log'}/slurmd-%n.log",
@@ -88,6 +89,12 @@ def slurm_conf(
     return "\n".join(lines) + "\n"
 
 
+def shared_state_dir(state: ClusterState) -> Path:
+    """The ssh provider's StateSaveLocation with a backup controller: on the shared directory (the
+    same path on every host), where the backup reads what the primary saved when it takes over."""
+    return Path(state.shared_dir) / "slurm-state" / state.name
+
+
 def ctld_dir(state: ClusterState) -> Path:
     """The primary's pid-file folder; the backup sees its own folder here (a bind mount), since a
     slurmctld starting up kills the process its pid file names."""
@@ -100,6 +107,11 @@ def _controllers(state: ClusterState, host: tuple[str, str] | None) -> list[str]
     address (``NoCtldInAddrAny``), so both share the port on one machine."""
     if not state.backup_controller:
         return ["SlurmctldHost={1}({0})".format(*(host or ("127.0.0.1", "localhost")))]
+    if host is not None:  # the ssh provider: each on its own host, under the host's own name
+        return [
+            "SlurmctldHost={1}({0})".format(*host),
+            f"SlurmctldHost={state.backup_controller}({state.backup_host})",
+        ]
     return [
         f"SlurmctldHost={state.controller}(127.0.0.1)",
         f"SlurmctldHost={state.backup_controller}(127.0.0.2)",

@@ -15,9 +15,10 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from dataclasses import asdict
 from pathlib import Path
 
-from hyperscope.cluster import nodeops, operate
+from hyperscope.cluster import existing_ops, nodeops, operate
 from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.operate import Outcome, run_hook
 from hyperscope.cluster.slurm import Slurm, SlurmError
@@ -26,6 +27,7 @@ from hyperscope.cluster.state import (
     ClusterError,
     ClusterState,
     NodeState,
+    Proc,
     Progress,
     cluster_lock,
     clusters_dir,
@@ -48,6 +50,7 @@ class ExistingProvider:
             raise ClusterError(f"{spec.source}: slurm_conf: is required by the existing provider")
         with cluster_lock(self.home, spec.name):
             d = clusters_dir(self.home) / spec.name
+            kept: list[Proc] = []
             if (d / "cluster.json").is_file():
                 old = ClusterState.load(d)
                 if old.provider != "existing" or old.spec_digest != spec_digest(spec):
@@ -55,6 +58,8 @@ class ExistingProvider:
                         f"cluster {spec.name!r} exists with another spec ({old.spec_path}); "
                         f"`hyperscope cluster delete {spec.name}` first"
                     )
+                existing_ops.stop_health_loops(old)  # adopted again: fresh loops below, not twice
+                kept = [p for p in old.procs if p.role in ("agent", "keeper")]
             slurm = self._slurm(spec.slurm_conf)
             say("*", f"asking slurmctld ({spec.slurm_conf})")
             try:
@@ -66,6 +71,7 @@ class ExistingProvider:
             d.mkdir(parents=True, exist_ok=True)
             spec.shared_dir.mkdir(parents=True, exist_ok=True)
             host = config.get("SlurmctldHost[0]", config.get("SlurmctldHost", ""))
+            backup = config.get("SlurmctldHost[1]", "")  # the operator's backup controller, if any
             state = ClusterState(
                 name=spec.name,
                 provider="existing",
@@ -78,7 +84,13 @@ class ExistingProvider:
                 controller=re.sub(r"\(.*\)$", "", host) or "(unknown)",
                 partition=default,
                 ctld_port=int(config.get("SlurmctldPort", "0").split("-")[0] or 0),
+                backup_controller=re.sub(r"\(.*\)$", "", backup),
+                backup_host=backup[backup.find("(") + 1 : -1] if backup.endswith(")") else "",
+                ssh={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec.ssh).items()}
+                if spec.ssh
+                else {},
             )
+            state.procs = kept
             for n in nodes:
                 group = n.partitions[0] if n.partitions else (default or "(no partition)")
                 state.nodes.append(
@@ -89,6 +101,9 @@ class ExistingProvider:
                 )  # fmt: skip
                 state.nodes[-1].since = time.time()
                 say(n.name, n.display_state)
+            if spec.recovery.health_loops:  # opted in: one per node, over ssh (existing_ops)
+                say("*", "starting a health loop on every node's host")
+                state.notes += existing_ops.start_health_loops(spec, state, config)
             state.save()
             if spec.recovery.agent:
                 say("*", "starting the recovery agent on this machine")
@@ -102,7 +117,9 @@ class ExistingProvider:
             d = clusters_dir(self.home) / name
             existed = (d / "cluster.json").is_file()
             if existed:
-                operate.stop_agent(ClusterState.load(d))
+                state = ClusterState.load(d)
+                operate.stop_agent(state)
+                existing_ops.stop_health_loops(state)
             shutil.rmtree(d, ignore_errors=True)
             return existed
 
@@ -126,6 +143,15 @@ class ExistingOperator:
             return load_spec(Path(self.state.spec_path)).recovery
         except HyperscopeError:
             return RecoverySettings()
+
+    def spare_script(self) -> Path | None:
+        """The spec's ``recovery.spare_script`` (run on a spare before it joins), if any."""
+        return self._recovery().spare_script if self.state.ssh else None
+
+    def prepare_spare(self, spare: NodeState) -> str:
+        """The spare script on the spare's host: "" when it passed, else why."""
+        script = self.spare_script()
+        return existing_ops.run_spare_script(self.state, spare, script) if script else ""
 
     def _through(self, command: str, what: str, node: NodeState, reason: str) -> Outcome:
         t0 = time.time()

@@ -52,7 +52,9 @@ def keeper_interval(spec: ClusterSpec) -> int:
     return max(int(spec.recovery.health_check_interval), KEEPER_INTERVAL_S)
 
 
-def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sys.executable) -> str:
+def healthcheck_wrapper(
+    spec: ClusterSpec, state: ClusterState, python: str = sys.executable, *, remote: bool = False
+) -> str:
     """Slurm's HealthCheckProgram and Prolog. The periodic check is one long-lived
         ``python -m hyperscope.health --loop`` per node, started by the first run and holding the
         node's lock (``flock -n``) and naming itself in a pid file: every later run, while that loop
@@ -64,7 +66,9 @@ def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sy
         diagnostic at most once per ``recovery.dcgm_interval_s``. It carries the cluster's marker, so
         ``delete`` stops a check still running. It is also the agent's watchdog: run by every slurmd
         every few seconds, it starts the agent again when none holds the agent's lock (the agent, in
-        turn, restarts slurmctld and munged)."""
+        turn, restarts slurmctld and munged). ``remote`` (the ssh provider): for a host, everything
+        under the cluster's folder there (``run_dir``: faults, locks, spool), the host's own GPU
+        devices, and no agent watchdog (the agent runs on the machine that created the cluster)."""
     q = shlex.quote
     spool = Path(state.run_dir) / "spool"
     r = spec.recovery
@@ -73,10 +77,12 @@ def healthcheck_wrapper(spec: ClusterSpec, state: ClusterState, python: str = sy
     for n in state.nodes:
         if n.slurm and groups[n.group].gpus_per_node:
             by_gpus.setdefault(groups[n.group].gpus_per_node, []).append(n.name)
-    agent = f" --agent-watchdog {q(state.dir)}" if r.agent else ""
+    watch_agent = r.agent and not remote
+    cdir = state.run_dir if remote else state.dir
+    agent = f" --agent-watchdog {q(state.dir)}" if watch_agent else ""
     cases = "".join(f"  {'|'.join(names)}) gpus={k} ;;\n" for k, names in sorted(by_gpus.items()))
     checks = f" --checks-dir {q(str(r.health_checks_dir))}" if r.health_checks_dir else ""
-    devices = q(str(Path(state.dir) / "dev"))
+    devices = "/dev" if remote else q(str(Path(state.dir) / "dev")) + "/$node"
     home = Path(state.dir).parents[1]
     watchdog = (
         f"""# the agent's watchdog: none holds its lock (it died) -> start one (a second one exits at once)
@@ -86,7 +92,7 @@ if grep -qsE '"status": "(InService|Updating)"' "$d/cluster.json" && flock -n "$
         >>"$d/log/agent.out" 2>&1 </dev/null &
 fi
 """
-        if r.agent
+        if watch_agent
         else ""
     )
     locks = Path(state.run_dir) / "locks"
@@ -109,7 +115,7 @@ if [ -z "${{SLURM_JOB_ID:-}}" ] && read -r pid 2>/dev/null <"$locks/loop-$node.p
 fi
 export SLURM_CONF={q(state.slurm_conf)}
 export HYPERSCOPE_CLUSTER={q(state.name)} HYPERSCOPE_SHARED_DIR={q(state.shared_dir)}
-export HYPERSCOPE_CLUSTER_DIR={q(state.dir)}
+export HYPERSCOPE_CLUSTER_DIR={q(cdir)}
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 {watchdog}# never two periodic checks of one node at once: a second one exits at once, the one running now
 # answers for both. Prologs (SLURM_JOB_ID set) queue up instead: each job's nodes are checked.
@@ -123,12 +129,12 @@ else
         flock -w 30 9 || exit 0
     fi
 fi
-faults={q(str(faults_dir(state)))}/$node.json
+faults={q(str(Path(cdir) / "faults"))}/$node.json
 if [ -e "$faults" ]; then export HYPERSCOPE_HEALTH_FAULTS="$faults"; else unset HYPERSCOPE_HEALTH_FAULTS; fi
 gpus=0
 case "$node" in
 {cases}esac
-expect=""; [ "$gpus" -gt 0 ] && expect="--expect-gpus $gpus --gpu-devices {devices}/$node"
+expect=""; [ "$gpus" -gt 0 ] && expect="--expect-gpus $gpus --gpu-devices {devices}"
 common=(--drain --node "$node" $expect{checks} --dcgm-every {r.dcgm_interval_s} \\
     --dcgm-record "$spool/.dcgm-diag.json" --path "$spool" --min-free-gib 0.1 --shared {q(state.shared_dir)})
 if [ -z "${{SLURM_JOB_ID:-}}" ]; then

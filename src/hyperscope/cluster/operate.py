@@ -168,6 +168,8 @@ def start_agent(home: Path, state: ClusterState) -> Proc | None:
 
 
 def stop_agent(state: ClusterState) -> None:
-    """Before anything else of a cluster is stopped, so it replaces nothing meanwhile."""
-    stop([p for p in state.procs if p.role == "agent" and not p.host])
-    state.procs = [p for p in state.procs if p.role != "agent"]
+    """Before anything else of a cluster is stopped, so it replaces nothing meanwhile; the ssh
+    provider's agent keeper (``recovery.keeper``) first, so it does not start the agent again."""
+    for role in ("keeper", "agent"):
+        stop([p for p in state.procs if p.role == role and not p.host])
+    state.procs = [p for p in state.procs if p.role not in ("keeper", "agent")]

@@ -69,9 +69,13 @@ class SlurmSettings:
     cred_expire: int = 5
     #: First TCP port (slurmctld); nodes use the following ones. 0 = pick free ports at create.
     port_base: int = 0
-    #: local provider: a second slurmctld (Slurm's backup controller, ``SlurmctldHost`` twice,
-    #: state in the cluster's folder) that takes over when the primary is gone
+    #: a second slurmctld (Slurm's backup controller, ``SlurmctldHost`` twice) that takes over
+    #: when the primary is gone: ``true`` on the local provider (state in the cluster's folder);
+    #: on the ssh provider the spec names the backup's host instead, and both keep their state on
+    #: the shared directory
     backup_controller: bool = False
+    #: the ssh provider's backup controller host (``slurm.backup_controller: HOST``)
+    backup_host: str = ""
 
 
 #: what the agent does about a straggler (recovery.straggler_action)
@@ -99,6 +103,9 @@ class RecoverySettings:
     replace_command: str = ""
     #: run (as above, the reason as ``$3``) when a node needs what the agent cannot do: a ticket
     ticket_command: str = ""
+    #: existing: how a controller found DOWN by ``scontrol ping`` is started again (its name as
+    #: ``$1``, its address as ``$2``); "" = the operator's controllers are never restarted, only logged
+    restart_controller_command: str = ""
     #: existing: how ``cluster update-software`` updates one drained node (as above); "" = refused
     update_command: str = ""
     #: the brake on automatic replacements: at most this many in any ``replacement_window_s`` s
@@ -114,6 +121,12 @@ class RecoverySettings:
     straggler_steps: int = 20
     straggler_action: str = "notify"
     straggler_profile_steps: int = 10
+    #: existing (opt-in, with ``ssh:``): one health loop per node, started over ssh on its host
+    #: (``NodeAddr``), that drains the node when a check fails; ssh and local nodes always have one
+    health_loops: bool = False
+    #: existing (with ``ssh:``): a script run over ssh on a spare before it joins a partition (as
+    #: HyperPod runs lifecycle scripts on replacements); a spare it fails on is left out, a ticket
+    spare_script: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +140,9 @@ class SshSettings:
     options: tuple[str, ...] = ()  # extra ``-o`` options, e.g. StrictHostKeyChecking=no
     #: on every host: the cluster's configuration, logs, spool and munge socket (short: socket paths)
     remote_dir: str = "/var/lib/hyperscope"
+    #: on every host: a Python with hyperscope installed (each node's health loop); "" = this
+    #: machine's own interpreter path (hosts that mount the same software)
+    python: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +156,8 @@ class ClusterSpec:
     source: Path | None = None
     #: the existing provider: the slurm.conf of a cluster the user already runs
     slurm_conf: Path | None = None
-    ssh: SshSettings | None = None  # the ssh provider only
+    #: the ssh provider's; the existing provider's for its opt-ins (health_loops, spare_script)
+    ssh: SshSettings | None = None
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
     @property
@@ -212,7 +229,11 @@ def _ssh(src: Path, raw: object) -> SshSettings:
     if not isinstance(remote, str) or not remote.startswith("/") or len(remote) > 40 or " " in remote:
         raise SpecError(src, "ssh.remote_dir", "must be an absolute path of at most 40 characters", remote)
     key = d.get("identity_file")
+    py = d.get("python", "")
+    if not isinstance(py, str) or (py and not py.startswith("/")):
+        raise SpecError(src, "ssh.python", "must be the absolute path of a Python on every host", py)
     return SshSettings(
+        python=py,
         user=user,
         port=_int(src, "ssh.port", d.get("port", 22), minimum=1, maximum=65535),
         identity_file=None if key is None else _dir(src, "ssh.identity_file", key),
@@ -249,7 +270,7 @@ def _group(src: Path, key: str, raw: object, ssh: bool = False) -> InstanceGroup
     )
 
 
-def _slurm(src: Path, raw: object) -> SlurmSettings:
+def _slurm(src: Path, raw: object, *, ssh: bool = False) -> SlurmSettings:
     d = _mapping(src, "slurm", {} if raw is None else raw, set(SlurmSettings.__slots__))
     defaults = SlurmSettings()
     limits = {
@@ -269,9 +290,17 @@ def _slurm(src: Path, raw: object) -> SlurmSettings:
         )
     values["partition"] = _name(src, "slurm.partition", d.get("partition", defaults.partition))
     backup = d.get("backup_controller", defaults.backup_controller)
-    if not isinstance(backup, bool):
+    if ssh:
+        if backup is not False and (not isinstance(backup, str) or not _HOST.match(backup)):
+            raise SpecError(
+                src, "slurm.backup_controller",
+                "names the backup controller's host on the ssh provider (a host name or address)", backup,
+            )  # fmt: skip
+        values["backup_controller"], values["backup_host"] = bool(backup), backup or ""
+    elif not isinstance(backup, bool):
         raise SpecError(src, "slurm.backup_controller", "must be true or false", backup)
-    values["backup_controller"] = backup
+    else:
+        values["backup_controller"] = backup
     return SlurmSettings(**values)
 
 
@@ -299,7 +328,13 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         k: _int(src, f"recovery.{k}", d.get(k, getattr(defaults, k)), minimum=lo, maximum=hi)
         for k, (lo, hi) in limits.items()
     }
-    for k in ("reboot_command", "replace_command", "ticket_command", "update_command"):
+    for k in (
+        "reboot_command",
+        "replace_command",
+        "ticket_command",
+        "update_command",
+        "restart_controller_command",
+    ):
         command = d.get(k, "")
         if not isinstance(command, str):
             raise SpecError(src, f"recovery.{k}", "must be a shell command (a string)", command)
@@ -309,6 +344,18 @@ def _recovery(src: Path, raw: object, *, adopted: bool = False) -> RecoverySetti
         choices = ", ".join(STRAGGLER_ACTIONS)
         raise SpecError(src, "recovery.straggler_action", f"must be one of {choices}", action)
     values["straggler_action"] = action
+    loops = d.get("health_loops", False)
+    if not isinstance(loops, bool):
+        raise SpecError(src, "recovery.health_loops", "must be true or false", loops)
+    values["health_loops"] = loops
+    if d.get("spare_script") is not None:
+        script = _dir(src, "recovery.spare_script", d["spare_script"])
+        if not script.is_file():
+            raise SpecError(src, "recovery.spare_script", f"no such file: {script}", d["spare_script"])
+        values["spare_script"] = script
+    if not adopted and (loops or "spare_script" in d):
+        key = "health_loops" if loops else "spare_script"
+        raise SpecError(src, f"recovery.{key}", "is the existing provider's (its nodes are not ours)", d[key])
     if d.get("health_checks_dir") is not None:
         checks = _dir(src, "recovery.health_checks_dir", d["health_checks_dir"])
         if not checks.is_dir():
@@ -364,16 +411,16 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
         if key not in d:
             raise SpecError(source, key, "is required" + (" by the existing provider" if existing else ""))
     unused: tuple[str, ...] = ("instance_groups", "lifecycle_scripts") if existing else ("slurm_conf",)
-    unused += () if provider == "ssh" else ("ssh",)
+    unused += () if provider in ("ssh", "existing") else ("ssh",)
     for key in unused:
         if key in d:
             raise SpecError(source, key, f"is not used by the {provider} provider")
     backup = d.get("slurm")
-    if provider != "local" and isinstance(backup, dict) and backup.get("backup_controller"):
+    if existing and isinstance(backup, dict) and backup.get("backup_controller"):
         raise SpecError(
             source, "slurm.backup_controller",
-            f"is built by the local provider only: with the {provider} provider, name a second "
-            "SlurmctldHost in your own slurm.conf (existing) or leave it out (ssh)", True,
+            "is not built by the existing provider: name a second SlurmctldHost in your own "
+            "slurm.conf (the agent talks to whichever controller answers)", True,
         )  # fmt: skip
     lifecycle: Path | None = None
     slurm_conf: Path | None = None
@@ -387,17 +434,23 @@ def parse_spec(data: object, source: Path) -> ClusterSpec:
             raise SpecError(
                 source, "lifecycle_scripts", f"has no on_create.sh in {lifecycle}", d["lifecycle_scripts"]
             )
+    recovery = _recovery(source, d.get("recovery"), adopted=existing)
+    if existing and (recovery.health_loops or recovery.spare_script) and "ssh" not in d:
+        raise SpecError(
+            source, "ssh", "is required by recovery.health_loops and recovery.spare_script (how hyperscope "
+            "reaches the nodes at their NodeAddr)",
+        )  # fmt: skip
     return ClusterSpec(
         name=_name(source, "name", d["name"]),
         provider=provider,
         groups=() if existing else _groups(source, d["instance_groups"], provider == "ssh"),
         lifecycle_dir=lifecycle,
         shared_dir=_dir(source, "shared_dir", d["shared_dir"]),
-        slurm=_slurm(source, d.get("slurm")),
+        slurm=_slurm(source, d.get("slurm"), ssh=provider == "ssh"),
         source=source.resolve(),
         slurm_conf=slurm_conf,
-        ssh=_ssh(source, d.get("ssh")) if provider == "ssh" else None,
-        recovery=_recovery(source, d.get("recovery"), adopted=existing),
+        ssh=_ssh(source, d.get("ssh")) if provider == "ssh" or "ssh" in d else None,
+        recovery=recovery,
     )
 
 

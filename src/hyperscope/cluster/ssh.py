@@ -29,11 +29,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from hyperscope.cluster import conf, operate
+from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health
 from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, SshSettings
 from hyperscope.cluster.state import (
+    BACKUP_CTLD,
     ClusterError,
     ClusterState,
     NodeState,
@@ -74,6 +75,7 @@ def settings(state: ClusterState) -> SshSettings:
     return SshSettings(
         user=str(raw["user"]), port=int(str(raw["port"])), identity_file=Path(str(key)) if key else None,
         options=tuple(str(o) for o in raw.get("options") or ()), remote_dir=str(raw["remote_dir"]),
+        python=str(raw.get("python") or ""),
     )  # fmt: skip
 
 
@@ -152,19 +154,23 @@ class Hosts:
         subprocess.run([argv[0], "-O", "exit", *argv[1:]], capture_output=True, timeout=10, check=False)
 
     def runner(
-        self, host: str
+        self, host: str, *fallback: str
     ) -> Callable[[Sequence[str], dict[str, str], float], subprocess.CompletedProcess[str]]:
-        """A :class:`Slurm` runner that runs Slurm's commands on ``host``."""
+        """A :class:`Slurm` runner that runs Slurm's commands on ``host``, or on the next of
+        ``fallback`` (the backup controller's host) while ssh cannot reach it (status 255)."""
 
         def run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
             remote = with_env({k: env[k] for k in FORWARDED if k in env}, argv)
-            done = subprocess.run(
-                ssh_argv(self.settings, host, remote),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
+            for h in (host, *fallback):
+                done = subprocess.run(
+                    ssh_argv(self.settings, h, remote),
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    check=False,
+                )
+                if done.returncode != 255:
+                    break
             return subprocess.CompletedProcess(list(argv), done.returncode, done.stdout, done.stderr)
 
         return run
@@ -201,9 +207,12 @@ def run_on_create(
 
 
 def slurm_for(state: ClusterState) -> Slurm:
-    return Slurm(
-        Path(state.slurm_conf), runner=Hosts(settings(state)).runner(state.node(state.controller).host)
-    )
+    """Slurm's commands on the controller's host (the backup's while the primary's is gone)."""
+    return Slurm(Path(state.slurm_conf), runner=Hosts(settings(state)).runner(*ssh_controllers(state)))
+
+
+def ssh_controllers(state: ClusterState) -> list[str]:
+    return ssh_ctld.controller_hosts(state)
 
 
 def _bundle(state: ClusterState, lifecycle: Path, key: bytes) -> bytes:
@@ -266,7 +275,7 @@ class SshProvider:
             spec_digest=spec_digest(spec), slurm_conf=f"{root}/etc/slurm.conf",
             shared_dir=str(spec.shared_dir),
             controller=spec.groups_with("controller")[0].node_names()[0], partition=spec.slurm.partition,
-            ctld_port=base, run_dir=root,
+            ctld_port=base, run_dir=root, backup_host=spec.slurm.backup_host,
             ssh={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(spec.ssh).items()},
         )  # fmt: skip
         ports = iter(range(base + 1, base + 1 + len(spec.slurm_nodes())))
@@ -282,12 +291,18 @@ class SshProvider:
     def _start(self, spec: ClusterSpec, state: ClusterState, say: Progress) -> None:
         assert spec.ssh is not None and spec.lifecycle_dir is not None
         hosts, root = Hosts(spec.ssh), state.run_dir
-        names = {h: hosts.run(h, "hostname -s").strip() for h in dict.fromkeys(n.host for n in state.nodes)}
+        names = {h: hosts.run(h, "hostname -s").strip() for h in ssh_ctld.every_host(state)}
+        if state.backup_host:  # slurm.conf names it as it knows itself: how it tells it is the backup
+            state.backup_controller = names[state.backup_host]
+            shared = shlex.quote(str(conf.shared_state_dir(state)))
+            hosts.run(state.node(state.controller).host, f"rm -rf {shared} && mkdir -p {shared}")
         etc = Path(state.dir) / "etc"
         etc.joinpath("slurm.conf").write_text(
             conf.slurm_conf(
                 spec, state, root=Path(root), hostnames={n.name: names[n.host] for n in state.nodes}
             )
+            + "\n".join(ssh_health.install(spec, state))
+            + "\n"
         )
         gres = conf.gres_conf(spec, state, real=True)
         if gres:
@@ -301,6 +316,11 @@ class SshProvider:
             spools = " ".join(shlex.quote(f"{root}/spool/{n.name}") for n in state.nodes if n.host == host)
             hosts.run(host, f"rm -rf {q} && mkdir -p {q}/log {q}/state {spools} && tar -C {q} -xf - "
                             f"&& chmod 755 {q} {q}/munge", stdin=bundle)  # fmt: skip
+            py = shlex.quote(ssh_health.python(state))
+            if any(n.slurm and n.host == host for n in state.nodes) and hosts.run(
+                host, f"[ -x {py} ] && echo yes || echo no"
+            ).strip() != "yes":  # fmt: skip
+                state.notes.append(f"no health loop on {host}: no {py} there (spec: ssh.python)")
 
         def daemon(node: NodeState, role: str, argv: list[str], log: str) -> None:
             pid, start = hosts.run(
@@ -310,6 +330,8 @@ class SshProvider:
                 Proc(role, int(pid), int(start), node.name if role == "slurmd" else "", node.host)
             )
             state.save()
+            if role == "slurmd":  # its health loop beside it (ssh_health)
+                hosts.run(node.host, ssh_health.start_loop_command(state, node.name, int(pid)))
 
         def ensure_munged(node: NodeState) -> None:
             if node.host in munged:
@@ -337,6 +359,14 @@ class SshProvider:
             ctld.host,
             root,
         )
+        if state.backup_host:
+            say(state.backup_host, "starting the backup slurmctld")
+            ssh_ctld.start_backup(hosts, state, munged=state.backup_host not in munged)
+            munged.add(state.backup_host)
+            state.save()
+            _poll(lambda: slurm.controllers().get(state.backup_controller) == "UP", 30,
+                  f"the backup slurmctld on {state.backup_host} does not answer `scontrol ping`",
+                  hosts, state.backup_host, root)  # fmt: skip
         gpus = {g.name: g.gpus_per_node for g in spec.groups}
         for node in state.nodes:
             ensure_munged(node)
@@ -371,7 +401,7 @@ class SshProvider:
         slurmctld, then munged."""
         operate.stop_agent(state)
         hosts = Hosts(settings(state))
-        every = list(dict.fromkeys(n.host for n in state.nodes))
+        every = ssh_ctld.every_host(state)
         on = {h: [p for p in state.procs if p.host == h] for h in every}
         failed: dict[str, str] = {}  # an unreachable host must not keep the others running
 
@@ -387,9 +417,11 @@ class SshProvider:
         each(
             lambda h: stop_command([p for p in on[h] if p.role == "slurmd"], root=state.run_dir, keep=keep[h])
         )
-        each(lambda h: stop_command([p for p in on[h] if p.role == "slurmctld"]))
+        each(lambda h: stop_command([p for p in on[h] if p.role in ("slurmctld", BACKUP_CTLD)]))
         each(lambda h: stop_command([p for p in on[h] if p.role == "munged"]))
         each(lambda h: f"rm -rf {shlex.quote(state.run_dir)}")
+        if state.backup_host:  # the controllers' saved state, on the shared directory (here too)
+            shutil.rmtree(conf.shared_state_dir(state), ignore_errors=True)
         for h in every:
             hosts.close(h)
         state.procs = [p for p in state.procs if p.host in failed]

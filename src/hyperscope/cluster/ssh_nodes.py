@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from hyperscope.cluster import nodeops
+from hyperscope.cluster import nodeops, ssh_health
 from hyperscope.cluster.operate import Outcome, run_hook
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import RecoverySettings, load_spec
@@ -119,6 +119,7 @@ class SshOperator:
             node.host, start_command(root, f"slurmd-{node.name}.out", argv, node.name)
         ).split()
         started.append(Proc("slurmd", int(pid), int(start), node.name, node.host))
+        self.hosts.run(node.host, ssh_health.start_loop_command(self.state, node.name, int(pid)))
         nodeops.wait_registered(self._slurm, node.name, t0)
         nodeops.resume(self._slurm, node.name)
         return started

@@ -96,8 +96,10 @@ class ClusterState:
     updated: float = field(default_factory=time.time)
     #: what create could not set up but did not need to fail for (e.g. no SPANK plugin)
     notes: list[str] = field(default_factory=list)
-    #: the local provider's backup slurmctld: its host name ("" = no backup controller)
+    #: the backup slurmctld: its host name as slurm.conf names it ("" = no backup controller)
     backup_controller: str = ""
+    #: the ssh provider's: the address of the backup slurmctld's host
+    backup_host: str = ""
     #: a ``cluster update``/``update-software`` under way: its process (pid, start time; 0 = none)
     #: and the nodes it acts on now, which the agent leaves alone (:func:`updating_now`)
     update_pid: int = 0

@@ -25,13 +25,21 @@ import tarfile
 import time
 from pathlib import Path
 
-from hyperscope.cluster import conf, operate
+from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health
 from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, load_spec
 from hyperscope.cluster.ssh import Hosts, run_on_create, settings, slurm_for, start_command, stop_command
 from hyperscope.cluster.ssh_nodes import SshOperator, node_stop_command
-from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, Progress, clusters_dir
+from hyperscope.cluster.state import (
+    BACKUP_CTLD,
+    ClusterError,
+    ClusterState,
+    NodeState,
+    Proc,
+    Progress,
+    clusters_dir,
+)
 from hyperscope.cluster.update import UpdatePlan, plan_update, saved_spec
 from hyperscope.cluster.updating import (
     REMOVING,
@@ -118,6 +126,12 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
             state.procs = [p for p in state.procs if p not in old]
             state.procs.append(Proc("slurmctld", int(pid), int(start), "", ctld.host))
         wait_until(f"slurmctld on {ctld.host} to answer", lambda: _pings(slurm), 60)
+        if state.backup_host:  # the backup reads the new node list at its start too
+            with up.edit() as state:
+                was = [p for p in state.procs if p.role == BACKUP_CTLD]
+                hosts.run(state.backup_host, stop_command(was))
+                state.procs = [p for p in state.procs if p not in was]
+                ssh_ctld.start_backup(hosts, state, munged=False)
         slurm.run("scontrol", "reconfigure", check=False)
         up.act_on([*plan.promote, *added])
         gpus = {g.name: g.gpus_per_node for g in spec.groups}
@@ -162,10 +176,12 @@ def _push_conf(spec: ClusterSpec, state: ClusterState, hosts: Hosts, new: set[st
     ops = SshOperator(state)
     for host in sorted(new):
         ops._provision(host)  # etc, lifecycle and the munge key, as for a replaced host
-    names = {h: hosts.run(h, "hostname -s").strip() for h in dict.fromkeys(n.host for n in state.nodes)}
+    names = {h: hosts.run(h, "hostname -s").strip() for h in ssh_ctld.every_host(state)}  # backup's too
     etc = Path(state.dir) / "etc"
     etc.joinpath("slurm.conf").write_text(
         conf.slurm_conf(spec, state, root=Path(root), hostnames={n.name: names[n.host] for n in state.nodes})
+        + "\n".join(ssh_health.install(spec, state))  # the nodes' health loops (ssh_health)
+        + "\n"
     )
     gres = conf.gres_conf(spec, state, real=True)
     if gres:
@@ -214,6 +230,7 @@ def update_software(
         pid, start = hosts.run(node.host, start_command(st.run_dir, log, argv, node.name)).split()
         st.procs = [p for p in st.procs if p not in mine]
         st.procs.append(Proc("slurmd", int(pid), int(start), node.name, node.host))
+        hosts.run(node.host, ssh_health.start_loop_command(st, node.name, int(pid)))
 
     agent = (lambda st: operate.start_agent(home, st)) if spec.recovery.agent else None
     with Updating(home, state.name, agent) as up:

@@ -15,6 +15,7 @@ from hyperscope.cluster.operate import Outcome, open_ticket
 from hyperscope.cluster.slurm import Job, Slurm, SlurmError
 from hyperscope.cluster.state import ClusterError, ClusterState, update_running, updating_now
 from hyperscope.errors import HyperscopeError
+from hyperscope.recovery import spares
 from hyperscope.recovery.decide import Action, Kind
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def _fence(self: Agent, action: Action) -> None:
         try:
             verb = "replacing" if replacing else "rebooting"
             nodeops.fence(slurm, node.name, f"hyperscope agent: {verb}: {action.reason}")
-            if replacing and len(action.nodes) > 1:
+            if replacing and len(action.nodes) > 1 and not spares.late(self._ops(state), action):
                 nodeops.swap_in(slurm, state, node, state.node(action.nodes[1]))
         except (ClusterError, SlurmError, OSError) as exc:
             node.status, node.since = "Failed", self.clock()
@@ -96,6 +97,8 @@ def _finish(self: Agent, action: Action, base: dict[str, Any], t0: float) -> Non
         state = ClusterState.load(self.dir)
         ops = self._ops(state)
         node = state.node(name)
+        if spares.late(ops, action):  # the spec's spare script first, then the swap (recovery.spares)
+            spares.prepare_and_swap(self, ops, action)
         if action.kind is Kind.REBOOT:
             self.reboots[name] = self.reboots.get(name, 0) + 1
             outcome = ops.reboot(node, action.reason)

@@ -39,18 +39,15 @@ from hyperscope.cluster.operate import AGENT_LOCK_FD_ENV, NodeOperator, operator
 from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError, parse_show_node
 from hyperscope.cluster.spec import RecoverySettings, load_spec
 from hyperscope.cluster.state import (
-    BACKUP_CTLD,
-    ClusterError,
     ClusterState,
     Proc,
-    alive,
     cluster_lock,
     clusters_dir,
     start_time,
     updating_now,
 )
 from hyperscope.errors import HyperscopeError
-from hyperscope.recovery import act, calm, heartbeat
+from hyperscope.recovery import act, calm, heartbeat, supervise
 from hyperscope.recovery.calm import Calm
 from hyperscope.recovery.decide import (
     PASSIVE,
@@ -59,7 +56,6 @@ from hyperscope.recovery.decide import (
     Kind,
     NodeView,
     Policy,
-    decide_daemons,
     decide_jobs,
     decide_nodes,
 )
@@ -144,6 +140,10 @@ class Agent:
     #: was first named, and the passive decision last logged per node
     straggler_seen: dict[tuple[str, int, str], float] = field(default_factory=dict)
     straggler_noted: dict[str, str] = field(default_factory=dict)
+    #: when the controllers were last looked at (ssh, existing: a remote look, not every pass),
+    #: and the adopted cluster's controllers found DOWN then (logged once per change)
+    ctld_checked: float = 0.0
+    ctld_noted: str = ""
     #: the nodes a `cluster update` acted on at the last pass (``updating_now``)
     was_updating: set[str] = field(default_factory=set)
     _cached: tuple[tuple[int, int, int], ClusterState] | None = None
@@ -246,29 +246,8 @@ class Agent:
         return actions
 
     def supervise(self, state: ClusterState) -> list[Action]:
-        """The watchdog of the controller's daemons: munged, slurmctld or the backup slurmctld gone
-        is started again (slurmctld recovers its jobs from its saved state), so a killed slurmctld
-        does not leave the cluster unable to schedule or to finish its jobs."""
-        dead = [p for p in state.procs if p.role in ("munged", "slurmctld", BACKUP_CTLD) and not alive(p)]
-        if not dead or state.provider != "local" or state.controller in updating_now(state):
-            return []  # (a `cluster update` restarting slurmctld with a new node list: its own)
-        dead.sort(key=lambda p: p.role != "munged")
-        (action,) = decide_daemons([(p.role, p.pid) for p in dead])
-        base = {"kind": action.kind.value, "nodes": list(action.nodes), "job": None}
-        self.log({**base, "phase": "decided", "reason": action.reason})
-        t0 = self.clock()
-        try:
-            with cluster_lock(self.home, self.name):
-                fresh = self._state()
-                if fresh.status in ("InService", "Updating"):
-                    from hyperscope.cluster.local import LocalProvider  # the local provider's only
-
-                    LocalProvider(self.home).restart_controller(fresh)
-        except (ClusterError, SlurmError, OSError) as exc:
-            self.log({**base, "phase": "failed", "error": str(exc), "seconds": round(self.clock() - t0, 3)})
-            return [action]
-        self.log({**base, "phase": "done", "seconds": round(self.clock() - t0, 3)})
-        return [action]
+        """The controllers' watchdog (:mod:`hyperscope.recovery.supervise`)."""
+        return supervise.supervise(self, state)
 
     def sync_catalog(self, state: ClusterState, slurm: Slurm, jobs: list[Job]) -> None:
         """Bring the jobs catalog up to date whenever a job changed state, appeared or was

@@ -1,0 +1,65 @@
+"""The periodic health check on an ssh cluster's hosts, as on local nodes: one long-lived
+``python -m hyperscope.health --loop`` per node, started over ssh beside the node's slurmd (and
+again by slurmd itself, through ``HealthCheckProgram``, should it die), which drains its node
+when a check fails; the agent then acts on the drain as on any other.
+
+The wrapper is the local provider's (:func:`hooks.healthcheck_wrapper`), written for a host: it
+lives in the cluster's folder there (``REMOTE_DIR/NAME/etc``, copied with slurm.conf), its
+faults, locks and spool are that folder's, it checks the host's own GPU devices, and it is no
+agent watchdog (the agent runs on the machine that created the cluster). The loop runs the
+Python the spec names (``ssh.python``: hyperscope installed on every host), by default this
+machine's own interpreter path, for hosts that mount the same software.
+
+Not installed: the Prolog check before every job, the TaskProlog and ``--auto-resume``'s
+plugin (they are the local provider's); a folder of the user's checks is read at its path on
+each host.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from hyperscope.cluster import hooks
+from hyperscope.cluster.spec import ClusterSpec
+from hyperscope.cluster.state import ClusterState
+
+
+def python(state: ClusterState) -> str:
+    return str(state.ssh.get("python") or "") or sys.executable
+
+
+def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
+    """Write the hosts' wrapper beside slurm.conf (here, in the folder copied to every host);
+    the slurm.conf lines that run it."""
+    wrapper = Path(state.dir) / "etc" / hooks.WRAPPER
+    wrapper.write_text(hooks.healthcheck_wrapper(spec, state, python(state), remote=True))
+    wrapper.chmod(0o755)
+    return [
+        f"HealthCheckProgram={remote_wrapper(state)}",
+        f"HealthCheckInterval={hooks.keeper_interval(spec)}",
+        "HealthCheckNodeState=ANY",
+    ]
+
+
+def remote_wrapper(state: ClusterState) -> str:
+    return f"{state.run_dir}/etc/{hooks.WRAPPER}"
+
+
+def faults_file(state: ClusterState, node: str) -> str:
+    """On the node's host: ``HYPERSCOPE_HEALTH_FAULTS`` of its loop (the seam to rehearse a fault)."""
+    return f"{state.run_dir}/faults/{node}.json"
+
+
+def start_loop_command(state: ClusterState, node: str, slurmd_pid: int) -> str:
+    """The shell step that starts ``node``'s loop on its host, told which slurmd it ends with: the
+    wrapper, as slurmd runs it (slurmd first runs it only at its first HealthCheckInterval).
+    Nothing happens on a host whose cluster folder has no wrapper (created before it)."""
+    from hyperscope.cluster.ssh import MARKER, NODE_MARKER  # ssh imports this module
+
+    w = shlex.quote(remote_wrapper(state))
+    env = {"SLURMD_NODENAME": node, "HYPERSCOPE_SLURMD_PID": str(slurmd_pid)}
+    env |= {MARKER: state.run_dir, NODE_MARKER: node}
+    argv = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), "setsid", remote_wrapper(state)])
+    return f"[ -x {w} ] || exit 0; {argv} </dev/null >/dev/null 2>&1"
