@@ -3,6 +3,8 @@ gives them) and the exact-name search a table's row opens the Timeline with."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 from fastapi.testclient import TestClient
 
@@ -48,3 +50,40 @@ def test_exact_search_finds_one_name_only(client: TestClient, home: Home) -> Non
     assert client.get(base, params={"q": part, "exact": "true"}).json()["total"] == 0
     # a whole C++ name longer than 500 characters is a valid question
     assert client.get(base, params={"q": "x" * 2000, "exact": "true"}).json()["total"] == 0
+
+
+def test_the_whole_memory_view_is_read_from_what_import_kept(tmp_path: Path) -> None:
+    """`import` keeps a finished profile's whole memory view at the UI's defaults; the server reads
+    it for exactly that request (held to its row cap) and computes every other scope."""
+    from hyperscope import Store
+    from hyperscope._samples import H200_TRACE
+    from hyperscope.analysis import stored
+    from hyperscope.analysis.memory_view import memory_view
+    from hyperscope.server import create_app
+    from hyperscope.store.derived import read_packed, write_packed
+    from tests.server.conftest import local
+
+    home = tmp_path / "home"
+    with Store(home) as store:
+        report = store.import_traces([H200_TRACE], "mem")
+    profile = Profile.open(profile_dir(home, report.profile.id))
+    stored.precompute_job(home, "mem")
+    kept = stored.load_memory_view(profile)
+    assert kept == _json({k: t.to_dict() for k, t in memory_view(profile).items()})
+    assert kept is not None and kept["curve"]["rows"] and kept["allocations"]["rows"]
+    # mark the kept answer: only the request it answers shows the mark
+    path = stored.memory_view_path(profile)
+    marked = orjson.loads(read_packed(path))
+    marked["peaks"]["notes"] = ["read from the kept file"]
+    write_packed(path, orjson.dumps(marked))
+    base = f"/api/profiles/{report.profile.id}/memory"
+    with local(create_app(home, static_dir=tmp_path / "no-bundle")) as client:
+        assert client.get(base).json()["peaks"]["notes"] == ["read from the kept file"]
+        for other in ("?steps=3:5", "?rank=0", "?buckets=50", "?top=3"):
+            assert client.get(base + other).json()["peaks"]["notes"] != ["read from the kept file"], other
+    with local(create_app(home, static_dir=tmp_path / "no-bundle", max_rows=5)) as capped:
+        answer = capped.get(base)
+        assert answer.status_code == 413 and "curve" in answer.json()["detail"]
+    path.write_bytes(b"not zstd")  # a damaged file is computed again, not served
+    with local(create_app(home, static_dir=tmp_path / "no-bundle")) as client:
+        assert client.get(base).json() == kept

@@ -8,17 +8,25 @@ the allocation curve per rank and GPU, and the largest allocations alive at each
   blocks then alive (allocated at or before it, not freed by then: an allocation's free is the next
   event at the same address with negative bytes), largest first.
 
-Peak allocated and reserved per rank come from :func:`~hyperscope.analysis.memory.peak_memory`.
+Peak allocated and reserved per rank come from :func:`~hyperscope.analysis.memory.peak_memory`;
+:func:`memory_view` is all three, as the UI asks for them (and as ``import`` keeps them for a whole
+profile: at 10M events they cost seconds, which the view's first look should not wait for).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Final
 
 from hyperscope.analysis._common import ALL, Scope, Source, Table, rows, windows_sql
 from hyperscope.analysis._prepared import Prepared, prepared
+from hyperscope.analysis.memory import peak_memory
 
-__all__ = ["AllocationRow", "MemoryPointRow", "allocations_at_peak", "memory_curve"]
+__all__ = ["AllocationRow", "MemoryPointRow", "allocations_at_peak", "memory_curve", "memory_view"]
+
+#: the UI's defaults: points of the curve per GPU, allocations listed per GPU
+BUCKETS: Final = 200
+TOP: Final = 10
 
 _GPU_MEMORY = "e.kind = 'memory' AND e.device_type = 1 AND e.total_allocated IS NOT NULL"
 
@@ -42,7 +50,21 @@ class AllocationRow:
     addr: int | None
 
 
-def memory_curve(source: Source | Prepared, scope: Scope = ALL, buckets: int = 200) -> Table[MemoryPointRow]:
+def memory_view(
+    source: Source | Prepared, scope: Scope = ALL, buckets: int = BUCKETS, top: int = TOP
+) -> dict[str, Table[Any]]:
+    """``{peaks, curve, allocations}``: the three tables of the memory view, on one resolved scope."""
+    with prepared(source, scope) as ctx:
+        return {
+            "peaks": peak_memory(ctx, scope),
+            "curve": memory_curve(ctx, scope, buckets),
+            "allocations": allocations_at_peak(ctx, scope, top),
+        }
+
+
+def memory_curve(
+    source: Source | Prepared, scope: Scope = ALL, buckets: int = BUCKETS
+) -> Table[MemoryPointRow]:
     """The allocated and reserved totals per rank and GPU, the highest in each of ``buckets``."""
     with prepared(source, scope) as ctx:
         notes = list(ctx.notes)
@@ -68,7 +90,9 @@ def memory_curve(source: Source | Prepared, scope: Scope = ALL, buckets: int = 2
     return Table("GPU memory over time", MemoryPointRow, out, tuple(notes))
 
 
-def allocations_at_peak(source: Source | Prepared, scope: Scope = ALL, top: int = 10) -> Table[AllocationRow]:
+def allocations_at_peak(
+    source: Source | Prepared, scope: Scope = ALL, top: int = TOP
+) -> Table[AllocationRow]:
     """Per rank and GPU, the ``top`` largest blocks alive when its allocated total peaked."""
     with prepared(source, scope) as ctx:
         notes = list(ctx.notes)

@@ -1,4 +1,4 @@
-"""The default dashboard of a finished profile, computed once and kept beside it.
+"""The default dashboard and memory view of a finished profile, computed once and kept beside it.
 
 At ten million events the whole-profile dashboard takes seconds to compute, and it is the first
 thing the UI asks for. A finished profile never changes, so ``hyperscope import``, the end of
@@ -9,7 +9,9 @@ step builds the timeline's index (``hyperscope.timeline.index``: 6 s at ten mill
 
 The file name carries a digest of the analysis code itself, so a hyperscope whose analyses
 changed never reads an answer an older one computed: it computes and stores its own. Storing is
-best effort: a read-only store only loses the speed-up.
+best effort: a read-only store only loses the speed-up. The memory view (peaks, the allocation
+curve, the blocks alive at the peak) is kept the same way, in a file of its own, since its three
+analyses scan every allocator event.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import orjson
 
 from hyperscope.analysis._common import ALL
 from hyperscope.analysis.dashboard import BUCKETS, TOP_K, dashboard, to_json
+from hyperscope.analysis.memory_view import BUCKETS as MEMORY_BUCKETS
+from hyperscope.analysis.memory_view import TOP as MEMORY_TOP
+from hyperscope.analysis.memory_view import memory_view
 from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
 from hyperscope.store.profile import Profile
 
@@ -53,14 +58,40 @@ def save_dashboard(
     profile: Profile, tables: dict[str, Any], top_k: int = TOP_K, buckets: int = BUCKETS
 ) -> bool:
     """Keep ``tables`` (``to_json`` form) beside the profile; False when the store is read-only."""
-    path = dashboard_path(profile, top_k, buckets)
+    return _save(profile, dashboard_path(profile, top_k, buckets), tables)
+
+
+def memory_view_path(profile: Profile) -> Path:
+    return profile.path / DERIVED_DIR / f"memory-{code_digest()}-b{MEMORY_BUCKETS}-t{MEMORY_TOP}.json.zst"
+
+
+def load_memory_view(profile: Profile) -> dict[str, Any] | None:
+    """The stored whole-profile memory view (``{peaks, curve, allocations}`` as Table dicts, the
+    UI's default points and allocations), or ``None`` when there is none."""
+    try:
+        data = orjson.loads(read_packed(memory_view_path(profile)))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and set(data) == {"peaks", "curve", "allocations"} else None
+
+
+def precompute_memory_view(profile: Profile) -> dict[str, Any]:
+    """Compute the whole-profile memory view and keep it beside the profile: its three analyses
+    scan every allocator event (seconds at 10M events), which the view's first look should not
+    wait for, as the dashboard's does not."""
+    tables = {k: t.to_dict() for k, t in memory_view(profile, ALL).items()}
+    _save(profile, memory_view_path(profile), tables)
+    return tables
+
+
+def _save(profile: Profile, path: Path, tables: dict[str, Any]) -> bool:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
         write_packed(tmp, orjson.dumps(tables))  # zstd: counted in the profile's size
         tmp.replace(path)  # readers see the whole answer or none
     except OSError as exc:
-        log.debug("hyperscope: the dashboard of %s is not stored: %s", profile.path, exc)
+        log.debug("hyperscope: %s of %s is not stored: %s", path.name, profile.path, exc)
         tmp.unlink(missing_ok=True)
         return False
     return True
@@ -115,6 +146,14 @@ def precompute_job(
         log.warning("hyperscope: the dashboard of %s was not precomputed: %s", job, exc)
     if took is not None and report is not None:
         report("dashboard computed", took)
+    began = time.perf_counter()
+    try:
+        precompute_memory_view(profile)
+    except Exception as exc:  # as above: the server computes it at the first look
+        log.warning("hyperscope: the memory view of %s was not precomputed: %s", job, exc)
+    else:
+        if report is not None:
+            report("memory view computed", time.perf_counter() - began)
     built = precompute_timeline(profile)
     if built is not None and report is not None:
         report("timeline index built", built)

@@ -14,10 +14,9 @@ import orjson
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from hyperscope.analysis import Scope, Table
+from hyperscope.analysis import ALL, Scope, Table, stored
 from hyperscope.analysis.collective_waits import collective_waits
-from hyperscope.analysis.memory import peak_memory
-from hyperscope.analysis.memory_view import allocations_at_peak, memory_curve
+from hyperscope.analysis.memory_view import BUCKETS, TOP, memory_view
 from hyperscope.analysis.tables import annotation_table, kernel_table, operator_table
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import ProfileHit
@@ -69,24 +68,31 @@ def router(
         node: Annotated[list[str] | None, Query(description="only these nodes (repeatable)")] = None,
         rank: Annotated[list[int] | None, Query(description="only these ranks (repeatable)")] = None,
         steps: Annotated[str | None, Query(description="ProfilerStep numbers A:B (inclusive) or N")] = None,
-        buckets: Annotated[int, Query(ge=1, le=2000, description="points of the curve per GPU")] = 200,
-        top: Annotated[int, Query(ge=1, le=1000, description="allocations listed per GPU")] = 10,
+        buckets: Annotated[int, Query(ge=1, le=2000, description="points of the curve per GPU")] = BUCKETS,
+        top: Annotated[int, Query(ge=1, le=1000, description="allocations listed per GPU")] = TOP,
     ) -> Response:
         """``{peaks, curve, allocations}``: three ``Table`` dicts for the dashboard's memory view."""
         hit, profile = open_profile(profile_id)
         scope = make_scope(node, rank, steps)
 
         def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-            found: dict[str, Table[Any]] = {
-                "peaks": peak_memory(con, scope),
-                "curve": memory_curve(con, scope, buckets),
-                "allocations": allocations_at_peak(con, scope, top),
-            }
+            found = memory_view(con, scope, buckets, top)
             limits.check_rows(found)
             return {k: t.to_dict() for k, t in found.items()}
 
+        def compute() -> dict[str, Any]:
+            # `import` and `profile` keep a finished profile's whole view at the UI's defaults
+            # (analysis/stored.py), computed without the server's cap: held to it here
+            whole = scope == ALL and not hit.live and (buckets, top) == (BUCKETS, TOP)
+            kept = stored.load_memory_view(profile) if whole else None
+            if kept is not None:
+                limits.check_rows([(k, len(t.get("rows", ()))) for k, t in kept.items()])
+                return kept
+            answer: dict[str, Any] = limits.run(profile, work, "the memory view")
+            return answer
+
         key = (hit.ref.id, "memory", scope, buckets, top)
-        body, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, "the memory view"))
+        body, _ = cache.answer(key, hit.live, compute)
         return Response(orjson.dumps(body), media_type="application/json")
 
     @api.get("/api/profiles/{profile_id}/collectives/waits", responses=responses)
