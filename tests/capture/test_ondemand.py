@@ -76,8 +76,9 @@ def ddp_job(tmp_path: Path) -> Iterator[Job]:
                 p.kill()
 
 
-def _present(home: Path) -> list[int]:
-    found = remote.running(remote.controls(home))
+def _present(home: Path, job: str | None = None) -> list[int]:
+    """The ranks present of the first running job (of the one named ``job``)."""
+    found = [r for r in remote.running(remote.controls(home)) if job is None or job in r.names]
     return sorted(found[0].ranks) if found else []
 
 
@@ -177,7 +178,8 @@ def test_a_job_that_never_calls_step_and_one_under_hyperscope_profile(tmp_path: 
         ):
             remote.capture_running("sleeper", home, steps=2, timeout_s=5)
 
-        _wait("the launched job", lambda: _present(home) == [0])
+        # the sleeper is present too (start_profiling starts its watch): the launched job by name
+        _wait("the launched job", lambda: _present(home, "launched") == [0])
         result = remote.capture_running("launched", home, steps=4, timeout_s=60)
         with Store(home) as store:
             job = store.job("launched")
