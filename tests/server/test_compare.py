@@ -107,3 +107,22 @@ def test_bad_parameters(
     got = api.get("/api/compare", params=params)
     assert got.status_code == code, got.text
     assert message in got.json()["detail"]
+
+
+def test_two_whole_profiles_with_kept_dashboards_answer_the_same(pair: Pair, tmp_path: Path) -> None:
+    """Two whole finished profiles whose dashboards import kept run side by side from those: the
+    answer is the one computed without them."""
+    from hyperscope.analysis import stored
+
+    params = {"a": pair.a, "b": pair.b}
+    profiles = [Profile.open(profile_dir(pair.home, p)) for p in (pair.a, pair.b)]
+    for profile in profiles:
+        stored.dashboard_path(profile).unlink(missing_ok=True)
+    with local(create_app(pair.home, static_dir=tmp_path / "a", prewarm=0)) as c:
+        computed = c.get("/api/compare", params=params).json()
+    for profile in profiles:
+        stored.precompute_dashboard(profile)
+    with local(create_app(pair.home, static_dir=tmp_path / "b", prewarm=0)) as c:
+        kept = c.get("/api/compare", params=params).json()
+    assert kept["cached"] is False and kept["tables"] == computed["tables"]
+    assert kept["summary"] == computed["summary"]

@@ -17,7 +17,7 @@ import orjson
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from hyperscope.analysis import Scope, compare, parse_steps
+from hyperscope.analysis import ALL, Scope, compare, parse_steps, stored
 from hyperscope.errors import UsageError
 from hyperscope.server.cache import ProfileCache
 from hyperscope.server.jobs import ProfileHit
@@ -71,11 +71,21 @@ def router(
         scope_b = _scope(rank_b, steps_b, "steps_b")
         labels = (_label(hit_a, scope_a), _label(hit_b, scope_b))
 
+        # Two whole finished profiles whose dashboards are kept read their GPU tables from them
+        # (analysis/_compare_side.py) and run side by side: a second or two at 10M events, the
+        # bound the time limit is there for. Anything else: A on the slot's connection (what the
+        # time limit interrupts), B on its own when it is another profile.
+        kept = all(
+            scope == ALL and not hit.live and stored.dashboard_path(profile).is_file()
+            for hit, profile, scope in ((hit_a, profile_a, scope_a), (hit_b, profile_b, scope_b))
+        )
+
         def work(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-            # A on the slot's connection (what the time limit interrupts); B on its own when it is
-            # another profile.
-            source_b = con if hit_b.ref.id == hit_a.ref.id else profile_b
-            result = compare((con, scope_a), (source_b, scope_b), labels=labels).to_dict()
+            if kept:
+                result = compare((profile_a, ALL), (profile_b, ALL), labels=labels).to_dict()
+            else:
+                source_b = con if hit_b.ref.id == hit_a.ref.id else profile_b
+                result = compare((con, scope_a), (source_b, scope_b), labels=labels).to_dict()
             limits.check_rows([(k, len(t["rows"])) for k, t in result["tables"].items()])
             return result
 
