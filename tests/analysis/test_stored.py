@@ -128,9 +128,10 @@ def test_precompute_keeps_the_index_once(home: Path, monkeypatch: pytest.MonkeyP
     assert (
         stored.precompute_job(home, "h200-transformer", report=lambda what, s: heard.append(what)) is not None
     )
-    assert heard == ["dashboard computed", "timeline index built"]
+    assert heard == ["dashboard computed", "memory view computed", "timeline index built"]
     with Store(home) as store:
         profile = store.profile("h200-transformer")
+    assert stored.load_memory_view(profile) is not None  # kept beside the dashboard
     where = tl.index.index_dir(profile)
     assert (where / tl.index.META).is_file() and where.parent.name == "derived"
     monkeypatch.setattr(tl.index, "build", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rebuilt")))
