@@ -1,5 +1,6 @@
 // The timeline page (#/timeline/<profile id>): a canvas of collapsible rows fed by server tiles,
-// with a step list, search, details and connections, and launch → kernel arrows.
+// with a step list, search, details and connections, and launch → kernel arrows. Here: the tiles,
+// the frames and the input; the selection and search are select.ts's, the elements toolbar.ts's.
 // State lives in `state` and is exposed as window.__hyperscope.timeline for tests.
 import { h } from "../dom";
 import { showError } from "../errors";
