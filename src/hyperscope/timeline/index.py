@@ -63,6 +63,7 @@ from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
 from hyperscope.store.profile import Profile
 from hyperscope.timeline import _blocks
+from hyperscope.timeline import overview as _overview
 
 log = logging.getLogger("hyperscope.timeline")
 
@@ -207,6 +208,8 @@ class Index:
     m_src: Column
     #: ``rows.steps`` as a stored index keeps it (None: computed from the columns)
     stored_steps: tuple[dict[str, Any], ...] | None = None
+    #: what wide tiles draw, kept with a stored index (``overview``; None: read from the columns)
+    overview: _overview.Overview | None = None
 
     @functools.cached_property
     def by_id(self) -> dict[str, RowInfo]:
@@ -391,6 +394,7 @@ def pack(where: Path) -> None:
     meta["steps"] = step_windows(
         rows, cols["kind"], cols["name"], cols["ts"], cols["cum"], tuple(meta["names"])
     )
+    meta["overview"] = _overview.write(where, cols["ts"], cols["cum"], rows)
     del cols
     for c in COLUMNS:
         (where / f"{c}.npy").unlink()
@@ -434,9 +438,18 @@ def _read(where: Path) -> Index | None:
             arrays["pts"] = _starts_by_class(arrays["ts"], arrays["perm"], rows)
         steps = meta.get("steps")
         stored_steps = None if steps is None else tuple(dict(s) for s in steps)
+        overview = _overview.read(where, meta.get("overview"))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
-    return Index(rows=rows, names=names, parts=parts, offsets=offsets, stored_steps=stored_steps, **arrays)
+    return Index(
+        rows=rows,
+        names=names,
+        parts=parts,
+        offsets=offsets,
+        stored_steps=stored_steps,
+        overview=overview,
+        **arrays,
+    )
 
 
 def _row_info(r: dict[str, Any]) -> RowInfo:
