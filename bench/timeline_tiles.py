@@ -7,6 +7,8 @@ A profile of ``--events`` million events (``hyperscope.analysis.groundtruth``: 8
 profile (8 host threads and 24 streams: everything expanded), ``--width`` pixels wide, for windows
 of the whole run, then 1/10, 1/100, ... of it down to 1 µs, each at ``--positions`` random places;
 a tile is ``timeline.tile`` + ``encode`` in-process: what the server's endpoint does besides HTTP.
+Each window is asked as the UI asks it (``snap=1``: ``timeline.snap`` widens it to the overview's
+cells where the index keeps them, read with no event decoded; ``--exact``: as it is).
 *Targets*: ≤ 150 ms at 10M events, ≤ 500 ms at 100M, ≤ 2 MB per tile. The index is stored as
 compressed blocks (``timeline._blocks``), decoded into a cache bounded in bytes, which starts empty:
 the first tile of each window pays its blocks' decoding. The same tiles are then asked of the earlier
@@ -88,6 +90,7 @@ def run(
     root: Path,
     keep: Path | None = None,
     npy_compare: bool = True,
+    snap: bool = True,
 ) -> dict[str, Any]:
     # stored whatever its size (below STORE_MIN_EVENTS a server holds the index in memory): the
     # blocks are what is measured
@@ -111,6 +114,7 @@ def run(
     index_s = time.perf_counter() - started
     where = tl.index.index_dir(profile)
     index_bytes = sum(p.stat().st_size for p in where.iterdir())
+    overview_bytes = sum(p.stat().st_size for p in where.glob("ov_*.blk"))
     parquet_bytes = sum(p.stat().st_size for p in (profile.path / "events").iterdir())
     npy_s, npy_bytes, npy = 0.0, 0, None
     if npy_compare:
@@ -141,9 +145,11 @@ def run(
     for s, again in [*((s, False) for s in spans), (spans[0], True)]:
         times, cpus, sizes, evs, bins, old, old_cpu = [], [], [], [], [], [], []
         places = [lo] if s == hi - lo else [rnd.randrange(lo, hi - s) for _ in range(positions)]
-        for t0 in places:
+        for place in places:
+            # as the UI asks (snap=1): the window on the overview's cells where it keeps them
+            t0, t1, w = tl.snap(index, place, place + s, width) if snap else (place, place + s, width)
             t_start, c_start = time.perf_counter(), time.process_time()
-            t = tl.tile(index, rows, t0, t0 + s, width)
+            t = tl.tile(index, rows, t0, t1, w)
             payload = tl.encode(t)
             times.append((time.perf_counter() - t_start) * 1e3)
             cpus.append((time.process_time() - c_start) * 1e3)
@@ -153,7 +159,7 @@ def run(
             if npy is None:
                 continue
             t_start, c_start = time.perf_counter(), time.process_time()
-            same = tl.encode(tl.tile(npy, rows, t0, t0 + s, width))
+            same = tl.encode(tl.tile(npy, rows, t0, t1, w))  # no overview: from the events
             old.append((time.perf_counter() - t_start) * 1e3)
             old_cpu.append((time.process_time() - c_start) * 1e3)
             assert same == payload, "the compressed and the plain index answer alike"
@@ -179,6 +185,7 @@ def run(
         "generate_s": generate_s,
         "index_s": index_s,
         "index_bytes": index_bytes,
+        "overview_bytes": overview_bytes,
         "npy_s": npy_s,
         "npy_bytes": npy_bytes,
         "parquet_bytes": parquet_bytes,
@@ -375,6 +382,10 @@ def main() -> None:
         "--keep", type=Path, help="keep the generated profiles in this folder and reuse them in later runs"
     )
     parser.add_argument(
+        "--exact", action="store_true",
+        help="ask every tile's window as it is (not snapped to the overview's cells, as the UI asks)",
+    )  # fmt: skip
+    parser.add_argument(
         "--npy-max", type=float, default=10.0,
         help="millions of events up to which the plain .npy layout is built and asked the same tiles",
     )  # fmt: skip
@@ -386,17 +397,19 @@ def main() -> None:
         bpe = json_bytes_per_event(root)
         results = []
         for m in args.events:
-            r = run(m, args.width, args.positions, root, args.keep, m <= args.npy_max)
+            r = run(m, args.width, args.positions, root, args.keep, m <= args.npy_max, not args.exact)
             r["kineto_json_bytes_est"] = r["events"] * bpe
             results.append(r)
             print(
                 f"\n{r['events']:,} events, {r['rows']} rows: generated in {r['generate_s']:.1f} s, "
-                f"index built in {r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.1f} MB in blocks beside "
+                f"index built in {r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.1f} MB in blocks, "
+                f"{r['overview_bytes'] / 1e6:.2f} MB of them the overview, beside "
                 f"{r['parquet_bytes'] / 1e6:.0f} MB "
                 f"of Parquet; as .npy {r['npy_bytes'] / 1e6:.0f} MB in {r['npy_s']:.1f} s); as Kineto JSON ≈ "
                 f"{r['kineto_json_bytes_est'] / 1e9:.2f} GB ({bpe:.0f} B/event); "
                 f"decoded blocks kept at the end: "
                 f"{r['block_cache_bytes'] / 2**20:.0f} MiB (bound {_blocks.cache_bytes() / 2**20:.0f} MiB); "
+                f"windows {'as asked' if args.exact else 'snapped to the overview (as the UI asks)'}; "
                 f"load average {Path('/proc/loadavg').read_text().split()[0]}"
             )
             target = TARGET_MS.get(round(m))

@@ -208,7 +208,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.tile = t;
       scales = scaleLabels(t, shown);
       const rows = ids.slice(0, 256);
-      state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width };
+      state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width: t.width }; // the window answered (snapped)
       state.tiles += 1;
       const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
       setStatus(`${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`);
