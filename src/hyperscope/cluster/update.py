@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hyperscope.cluster import conf, hooks
-from hyperscope.cluster.local import BACKUP, LocalProvider, free_ports, spec_digest
+from hyperscope.cluster.local import BACKUP, LocalProvider, free_ports
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import ClusterSpec, load_spec
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Progress, clusters_dir, stop
@@ -30,9 +30,9 @@ from hyperscope.cluster.updating import (
     Updating,
     busy_nodes,
     drain,
+    finish,
     in_batches,
     wait_drained,
-    wait_until,
 )
 from hyperscope.errors import HyperscopeError
 
@@ -197,17 +197,7 @@ def _update_local(
                         if mine.slurm:
                             provider.start_slurmd(state, mine, save=False)
                         mine.status, mine.since = "Running", time.time()
-        wanted = {n for n in added if up.state.node(n).slurm} | set(plan.promote)
-        wait_until(
-            "the new nodes to be idle",
-            lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
-            60,
-        )
-        for name in added:
-            say(name, "idle")
-        with up.edit() as state:
-            conf.keep_spec(spec, state)
-            state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
+        finish(up, slurm, spec, say, added, plan.promote)
     return plan
 
 

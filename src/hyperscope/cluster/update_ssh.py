@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health
-from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, load_spec
 from hyperscope.cluster.ssh import Hosts, run_on_create, settings, slurm_for, start_command, stop_command
@@ -47,6 +46,7 @@ from hyperscope.cluster.updating import (
     Updating,
     busy_nodes,
     drain,
+    finish,
     in_batches,
     wait_drained,
     wait_until,
@@ -148,17 +148,7 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
             with up.edit() as state:
                 state.procs += procs
                 state.node(name).status = "Running"
-        wanted = {n for n in added if up.state.node(n).slurm} | set(plan.promote)
-        wait_until(
-            "the new nodes to be idle",
-            lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
-            60,
-        )
-        for name in added:
-            say(name, "idle")
-        with up.edit() as state:
-            conf.keep_spec(spec, state)
-            state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
+        finish(up, slurm, spec, say, added, plan.promote)
     return plan
 
 
