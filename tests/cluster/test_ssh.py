@@ -30,7 +30,7 @@ def test_ssh_command_lines() -> None:
     s = SshSettings(port=2222, identity_file=Path("/k/id"), options=("StrictHostKeyChecking=no",))
     argv = ssh_argv(s, "10.0.0.2", "hostname -s")
     assert argv[:3] == ["ssh", "-p", "2222"] and argv[-2:] == ["root@10.0.0.2", "hostname -s"]
-    assert "BatchMode=yes" in argv and "ControlMaster=auto" in argv
+    assert "BatchMode=yes" in argv and "ControlMaster=auto" in argv and "ServerAliveInterval=5" in argv
     assert argv[argv.index("-i") + 1] == "/k/id" and "StrictHostKeyChecking=no" in argv
     assert with_env({"A": "x y"}, ["sbatch", "--wrap", "echo $A"]) == "env 'A=x y' sbatch --wrap 'echo $A'"
     start = start_command("/r/c", "slurmd-w-1.out", ["slurmd", "-N", "w-1"])
