@@ -99,6 +99,11 @@ def _submit(slurm: Slurm, *args: str) -> int:
     return job
 
 
+def _restarted(state: ClusterState, mark: int) -> dict[str, Any] | None:
+    """The end (done or failed) of the first restart the agent logged after ``mark``."""
+    return next((r for r in _log(state, mark) if r["kind"] == "restart" and r["phase"] != "decided"), None)
+
+
 def _completed(slurm: Slurm, job: int) -> bool:
     try:
         return any(j.id == job and j.state == "COMPLETED" for j in slurm.jobs())
@@ -131,12 +136,7 @@ def test_the_backup_schedules_while_the_primary_is_gone_and_the_agent_restarts_t
     finally:
         os.kill(agent.pid, signal.SIGCONT)
 
-    def restarted() -> dict[str, Any] | None:
-        return next(
-            (r for r in _log(state, mark) if r["kind"] == "restart" and r["phase"] != "decided"), None
-        )
-
-    done = wait_for("the agent to restart the primary on its host", restarted, 60)
+    done = wait_for("the agent to restart the primary on its host", lambda: _restarted(state, mark), 60)
     assert isinstance(done, dict) and done["phase"] == "done", done
     assert done["nodes"] == ["slurmctld"] and done["hosts"] == [primary]
     decided = next(r for r in _log(state, mark) if r["kind"] == "restart")
@@ -177,12 +177,7 @@ def test_with_the_primary_host_cut_off_jobs_go_through_the_backup_and_describe_a
     finally:
         netns._ip("link", "set", link, "up", ns=h1.ns)
 
-    def restarted() -> dict[str, Any] | None:
-        return next(
-            (r for r in _log(state, mark) if r["kind"] == "restart" and r["phase"] != "decided"), None
-        )
-
-    done = wait_for("the agent to restart the primary once its host answers", restarted, 90)
+    done = wait_for("the primary restarted once its host answers", lambda: _restarted(state, mark), 90)
     assert isinstance(done, dict) and done["phase"] == "done", done
     assert done["nodes"] == ["slurmctld"] and done["hosts"] == [primary]
     assert slurm.controllers() == {"h1": "UP", "h2": "UP"}
