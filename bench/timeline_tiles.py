@@ -27,7 +27,10 @@ frames) then a 40-move mouse drag (the layer copied: *copy*); for every frame, t
 time and the *visible events*: events overlapping the view plus the events counted in the merged
 columns in view (what the frame shows, drawn one by one or merged per pixel column). *Zoom frames*:
 the same three windows, 10 presses of W then 10 of S (each brings a new tile), then 40 wheel turns
-at 60 Hz, 20 in and 20 out (each frame a new scale: the layer redrawn, in slices when large).
+at 60 Hz, 20 in and 20 out (each frame a new scale: the last layer shown stretched, *preview*, until
+the scale has held 100 ms; then the layer of the new scale drawn, in slices when large). Each
+gesture runs under Chromium's trace: *CPU* = the main thread's CPU time of every animation frame's
+callbacks (``FireAnimationFrame``'s thread time), which load inflates far less than the wall time.
 
 Beside these, the size the same profile would have as Kineto JSON: a small profile of the same
 shape is exported with ``hyperscope export`` (Chrome-trace JSON, as Kineto writes it) and its bytes
@@ -37,6 +40,7 @@ per event are multiplied by the event count.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -243,9 +247,14 @@ def frame_figures(page: Any, share: float, gesture: Callable[[Any, float, float]
     page.evaluate(f"() => {{ {tl_js}.state.frameLog = []; }}")
     page.focus("#tl-canvas")
     box = page.locator("#tl-canvas").bounding_box()
-    gesture(page, box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
-    page.wait_for_timeout(300)
-    page.wait_for_function(READY, timeout=60_000)
+    browser = page.context.browser
+    browser.start_tracing(page=page, categories=["devtools.timeline"])
+    try:
+        gesture(page, box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
+        page.wait_for_timeout(300)
+        page.wait_for_function(READY, timeout=60_000)
+    finally:
+        cpu = frame_cpu_ms(browser.stop_tracing())
     log = page.evaluate(
         f"() => {{ const l = {tl_js}.state.frameLog; {tl_js}.state.frameLog = null; return l; }}"
     )
@@ -267,11 +276,32 @@ def frame_figures(page: Any, share: float, gesture: Callable[[Any, float, float]
         "visible_median": statistics.median(visible),
         "visible_max": max(visible),
         "events_max": max(f["events"] for f in frames),
+        "cpu_frames": len(cpu),
+        "cpu_median_ms": statistics.median(cpu) if cpu else None,
+        "cpu_max_ms": max(cpu) if cpu else None,
         "per_frame": [
             {"ms": round(f["ms"], 2), "kind": f["kind"], "events": f["events"], "merged": f["merged"]}
             for f in frames
         ],
     }
+
+
+def frame_cpu_ms(trace: bytes) -> list[float]:
+    """The CPU time of every animation frame's callbacks on the page's main thread (Chromium's
+    trace: ``FireAnimationFrame``, its thread time ``tdur``), in ms: what a frame's drawing costs,
+    which load on the machine inflates far less than its wall time (the frame log's ``ms``)."""
+    doc = json.loads(trace)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    main = {
+        (e["pid"], e["tid"])
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"].get("name") == "CrRendererMain"
+    }
+    return [
+        e["tdur"] / 1000
+        for e in events
+        if e.get("name") == "FireAnimationFrame" and "tdur" in e and (e["pid"], e["tid"]) in main
+    ]
 
 
 def browser_figures(home: Path, pid: str, cold: bool = True) -> dict[str, Any]:
@@ -480,12 +510,27 @@ def print_browser(b: dict[str, Any]) -> None:
                     round(f["max_ms"], 1),
                     f["worst_kind"],
                     "met" if f["max_ms"] <= 16 else "missed",
+                    _ms(f.get("cpu_median_ms")),
+                    _ms(f.get("cpu_max_ms")),
+                    "-" if f.get("cpu_max_ms") is None else "met" if f["cpu_max_ms"] <= 16 else "missed",
                 ]
             )
     print_table(
         ["gesture, window", "frames", "kinds", "visible events/frame", "drawn events", "median ms", "max ms",
-         "worst", "≤ 16 ms"],
+         "worst", "≤ 16 ms", "CPU median", "CPU max", "CPU ≤ 16 ms"],
         rows,
+    )  # fmt: skip
+    worst = max((b[f"{g} {v}"] for g in ("pan", "zoom") for v, _ in PAN_WINDOWS), key=lambda f: f["max_ms"])
+    cpu = [b[f"{g} {v}"].get("cpu_max_ms") for g in ("pan", "zoom") for v, _ in PAN_WINDOWS]
+    print_table(
+        ["target", "measured", ""],
+        [
+            ["every pan and zoom frame ≤ 16 ms (script time of the frame, wall)",
+             f"slowest {worst['max_ms']:.1f} ms", "met" if worst["max_ms"] <= 16 else "missed"],
+            ["every pan and zoom frame's CPU ≤ 16 ms (main thread, Chromium's trace)",
+             "-" if None in cpu else f"highest {max(c for c in cpu if c is not None):.1f} ms",
+             "-" if None in cpu else "met" if max(c for c in cpu if c is not None) <= 16 else "missed"],
+        ],
     )  # fmt: skip
 
 
