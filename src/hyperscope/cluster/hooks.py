@@ -1,7 +1,10 @@
-"""What a local cluster needs for resilience beyond plain Slurm: the ``--auto-resume`` SPANK plugin
-(PlugStackConfig) and ``hyperscope health --drain`` as Slurm's HealthCheckProgram, and its quick
-form as the Prolog (run on every node of a job before its first step: a node that fails it is
-drained and the job goes elsewhere instead of starting on a sick node).
+"""What a cluster's nodes need for resilience beyond plain Slurm (the builders serve every
+provider: :func:`install` is the local provider's, ``ssh_health``/``ssh_hooks`` put the same
+files on an ssh cluster's hosts, ``adopted_hooks`` on an adopted cluster's shared directory):
+the ``--auto-resume`` SPANK plugin (PlugStackConfig) and ``hyperscope health --drain`` as
+Slurm's HealthCheckProgram, and its quick form as the Prolog (run on every node of a job before
+its first step: a node that fails it is drained and the job goes elsewhere instead of starting
+on a sick node); the TaskProlog that gives plain-``sbatch`` jobs heartbeats and checkpoints.
 
 Slurm runs the HealthCheckProgram with nothing but ``SLURMD_NODENAME`` in its environment
 (notes/local-slurm.md, pitfall 16), so it is a generated wrapper that knows the cluster: its
