@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health
+from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health, ssh_hooks
 from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, SshSettings
@@ -233,7 +233,9 @@ def ssh_controllers(state: ClusterState) -> list[str]:
 
 
 def _bundle(state: ClusterState, lifecycle: Path, key: bytes) -> bytes:
-    """The files every host needs, as one tar: etc/, the lifecycle folder, the munge key."""
+    """The files every host needs, as one tar: etc/ (slurm.conf, the health wrapper and Prolog, the
+    TaskProlog, the ``--auto-resume`` plugin: ssh_health, ssh_hooks), the lifecycle folder, the
+    munge key."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in sorted((Path(state.dir) / "etc").iterdir()):
@@ -318,7 +320,7 @@ class SshProvider:
             conf.slurm_conf(
                 spec, state, root=Path(root), hostnames={n.name: names[n.host] for n in state.nodes}
             )
-            + "\n".join(ssh_health.install(spec, state))
+            + "\n".join([*ssh_health.install(spec, state), *ssh_hooks.install(state, hosts, names)])
             + "\n"
         )
         gres = conf.gres_conf(spec, state, real=True)
@@ -439,6 +441,7 @@ class SshProvider:
         each(lambda h: f"rm -rf {shlex.quote(state.run_dir)}")
         if state.backup_host:  # the controllers' saved state, on the shared directory (here too)
             shutil.rmtree(conf.shared_state_dir(state), ignore_errors=True)
+        ssh_hooks.remove_log(state)  # --auto-resume's decisions, on the shared directory
         for h in every:
             hosts.close(h)
         state.procs = [p for p in state.procs if p.host in failed]

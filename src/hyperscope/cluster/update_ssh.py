@@ -27,7 +27,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health
+from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health, ssh_hooks
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, load_spec
 from hyperscope.cluster.ssh import Hosts, run_on_create, settings, slurm_for, start_command, stop_command
@@ -197,7 +197,8 @@ def _push_conf(spec: ClusterSpec, state: ClusterState, hosts: Hosts, new: set[st
     etc = Path(state.dir) / "etc"
     etc.joinpath("slurm.conf").write_text(
         conf.slurm_conf(spec, state, root=Path(root), hostnames={n.name: names[n.host] for n in state.nodes})
-        + "\n".join(ssh_health.install(spec, state))  # the nodes' health loops (ssh_health)
+        # the nodes' health loops, Prolog and TaskProlog (ssh_health), --auto-resume (ssh_hooks)
+        + "\n".join([*ssh_health.install(spec, state), *ssh_hooks.install(state, hosts, names)])
         + "\n"
     )
     gres = conf.gres_conf(spec, state, real=True)
