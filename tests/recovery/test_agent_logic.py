@@ -3,6 +3,7 @@ requeued job's hold (a fake clock and a fake Slurm runner)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +56,25 @@ def test_a_job_is_watched_from_its_first_beat_of_the_attempt(tmp_path: Path) -> 
     assert (view.job, view.attempts) == ("7", 1)
     assert view.nodes == ("workers-[1-2]",)
     assert agent.job_views(state, [_job("PENDING", restarts=1)]) == []
+
+
+def test_a_job_that_hung_before_the_agent_first_saw_it_is_watched_from_its_start(tmp_path: Path) -> None:
+    """Slurm's StartTime of the attempt, not the agent's first look, starts the watch: a plain-sbatch
+    job is first seen up to a calm pass late (a restarted agent, its downtime late), and one that
+    beat and froze meanwhile would never be watched."""
+    state = _state(tmp_path)
+    start = dt.datetime(2026, 12, 1, 23, 50, 0)
+    clock = Clock(start.timestamp() + 30.0)  # first seen 30 s after it started
+    agent = Agent(tmp_path / "home", "c", policy=Policy(hang_timeout_s=10.0), clock=clock)
+    _beat(state, start.timestamp() + 2.0)  # it beat 28 s ago, then froze
+    job = Job(7, "train", "RUNNING", "", "0:0", "workers-1", 1, 0, {"StartTime": start.isoformat()})
+    (view,) = agent.job_views(state, [job])
+    assert view.silent_s == 28.0
+    # without a StartTime (or a later one): watched from its first beat after the first look
+    other = tmp_path / "other"
+    other.mkdir()
+    fresh = Agent(other / "home", "c", policy=Policy(hang_timeout_s=10.0), clock=clock)
+    assert fresh.job_views(state, [_job("RUNNING")]) == []
 
 
 def test_the_hold_is_lifted_only_in_a_later_second_than_the_requeue(tmp_path: Path) -> None:

@@ -12,8 +12,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,10 +26,11 @@ from typing import Any
 import pytest
 import yaml
 
-from hyperscope.cluster import existing_ops, manage
+from hyperscope.cluster import adopted_hooks, existing_ops, manage
 from hyperscope.cluster.local import missing_requirements
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.state import ClusterError, ClusterState
+from hyperscope.recovery import spank
 from hyperscope.recovery.agent import read_log
 from tests.recovery import netns
 from tests.recovery.conftest import ROOT, wait_for
@@ -95,7 +99,7 @@ def adopted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adopted]:
             "slurm_conf": str(Path(real.dir) / "etc" / "slurm.conf"), "ssh": hosts.ssh_options(),
             "recovery": {
                 "agent": True, "health_loops": True, "health_check_interval": 2, "spare_script": "spare.sh",
-                "ticket_command": f'echo "ticket $1: $3" >> {tickets}',
+                "ticket_command": f'echo "ticket $1: $3" >> {tickets}', "hang_timeout_s": 4,
             },
         }  # fmt: skip
         (tmp / "adopt.yaml").write_text(yaml.safe_dump(spec))
@@ -168,6 +172,108 @@ def test_adopting_records_the_operators_backup_controller_and_starts_a_loop_per_
     # on the hosts, only the adopted cluster's own folder beside the operator's
     for h in adopted.hosts.hosts[2:]:
         assert adopted.hosts.ssh(h.addr, f"ls {adopted.hosts.remote_dir}").split() == ["adopted", "ops"]
+
+
+HUNG_JOB = """#!/bin/bash
+#SBATCH -N1 --open-mode=append
+echo "attempt ${SLURM_RESTART_COUNT:-0} beats=$HYPERSCOPE_HEARTBEAT_DIR ckpt=$HYPERSCOPE_CHECKPOINT_DIR"
+[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0
+srun -n1 PYTHON -c 'import os, time, hyperscope as hs
+e = os.environ
+print("task beats=" + e["HYPERSCOPE_HEARTBEAT_DIR"], "ckpt=" + e["HYPERSCOPE_CHECKPOINT_DIR"], flush=True)
+open("PIDFILE", "w").write(str(os.getpid()))
+while True:
+    hs.step()
+    time.sleep(0.2)'
+"""
+
+
+def _user_env(state: ClusterState) -> dict[str, str]:
+    """A user's shell on the login node (this machine): the cluster's slurm.conf, none of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HYPERSCOPE_", "SLURM_"))}
+    return {**env, "SLURM_CONF": state.slurm_conf}
+
+
+def test_cluster_hooks_added_by_the_operator_give_plain_sbatch_hang_detection_and_auto_resume(
+    adopted: Adopted,
+) -> None:
+    """The operator runs `hyperscope cluster hooks`, puts its lines in their slurm.conf in place of
+    the TaskProlog and plugin lines they had (here: the ssh provider's own, of the cluster "ops"),
+    on every host and the login node, and runs `scontrol reconfigure`. A plain-sbatch job that
+    calls hs.step() then beats on the shared directory with the adopted cluster's checkpoint
+    folder; frozen (SIGSTOP), it is requeued by the adopted cluster's agent. srun knows
+    --auto-resume, and outside a batch job says it cannot requeue."""
+    ad, state = adopted, adopted.state
+    home = Path(state.dir).parents[1]
+    env = {**_user_env(state), "HYPERSCOPE_HOME": str(home), "COLUMNS": "300"}
+    done = subprocess.run(
+        [sys.executable, "-m", "hyperscope", "cluster", "hooks", "adopted"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [x for x in done.stdout.splitlines() if x.strip() and not x.startswith("#")]
+    folder = adopted_hooks.folder(state)
+    plugin = spank.HEADER.is_file()
+    assert lines == [f"TaskProlog={folder}/taskprolog.sh"] + (
+        [f"PlugStackConfig={folder}/plugstack.conf"] if plugin else []
+    )
+    conf = Path(state.slurm_conf).read_text().splitlines()
+    ours = [x for x in conf if not x.startswith(("TaskProlog=", "PlugStackConfig="))]
+    assert len(ours) == len(conf) - len(lines)  # the operator had one of each: replaced
+    text = "\n".join([*ours, *lines]) + "\n"
+    Path(state.slurm_conf).write_text(text)  # the login node's copy
+    blob = base64.b64encode(text.encode()).decode()
+    for h in ad.hosts.hosts:  # every host's own slurm.conf
+        ad.hosts.ssh(h.addr, f"echo {blob} | base64 -d > {ad.real.slurm_conf}")
+    slurm = Slurm(Path(state.slurm_conf))
+    slurm.run("scontrol", "reconfigure")
+    wait_for(
+        "the new TaskProlog",
+        lambda: f"{folder}/taskprolog.sh" in slurm.run("scontrol", "show", "config").stdout,
+        30,
+    )
+
+    work = ad.tmp / "hang"
+    work.mkdir()
+    pidfile, out = work / "pid", work / "job.out"
+    script = work / "hang.sbatch"
+    script.write_text(HUNG_JOB.replace("PYTHON", sys.executable).replace("PIDFILE", str(pidfile)))
+    sub = subprocess.run(
+        ["sbatch", "--parsable", "-D", str(work), "-o", str(out), str(script)],
+        capture_output=True, text=True, env=_user_env(state), timeout=60, check=True,
+    )  # fmt: skip
+    job_id = int(sub.stdout.strip().split(";")[0])
+    mark = len(_log(state))
+    beats = Path(state.shared_dir) / "hyperscope" / "heartbeats"
+    beat = beats / f"{job_id}.0"
+    wait_for("the job's heartbeat", lambda: beat.is_file() and pidfile.is_file() and pidfile.read_text(), 90)
+    assert beat.read_text().split()[3] == "workers-1"  # written on the worker's host
+    ckpt = Path(state.shared_dir) / "checkpoints" / f"adopted-{int(state.created)}-job{job_id}"
+    assert f"task beats={beats} ckpt={ckpt}" in out.read_text()  # the adopted cluster's TaskProlog
+    os.kill(int(pidfile.read_text()), signal.SIGSTOP)  # a hang: only the heartbeats can tell
+    requeued = wait_for("the requeue", lambda: _first(state, mark, kind="requeue"), 60)
+    assert isinstance(requeued, dict) and requeued["job"] == str(job_id), requeued
+    assert "no progress for" in requeued["reason"]
+
+    def finished() -> str:
+        job = {j.id: j for j in slurm.jobs()}.get(job_id)
+        return job.state if job and job.state in ("COMPLETED", "FAILED", "CANCELLED") else ""
+
+    assert wait_for("the requeued job to end", finished, 90) == "COMPLETED", out.read_text()
+    assert out.read_text().startswith("attempt 0 ") and "\nattempt 1 " in out.read_text()
+
+    if not plugin:
+        return
+    helped = subprocess.run(
+        ["srun", "--help"], capture_output=True, text=True, env=_user_env(state), timeout=60
+    )
+    assert "--auto-resume" in helped.stdout + helped.stderr
+    ran = subprocess.run(
+        ["srun", "--auto-resume=1", "-N1", "bash", "-c", "exit 3"],
+        capture_output=True, text=True, env=_user_env(state), timeout=120, check=False,
+    )  # fmt: skip
+    assert "not inside a batch job (sbatch), and only a batch job can be requeued" in ran.stderr
+    assert ran.returncode != 0
 
 
 def test_a_health_loop_killed_on_its_host_is_started_again_by_the_agent(adopted: Adopted) -> None:

@@ -390,7 +390,13 @@ class Agent:
                 continue
             jid = str(job.id)
             running.add(jid)
-            first = self.running_since.setdefault((job.id, job.restarts), now)
+            # this attempt's start: Slurm's StartTime (only RUNNING's is the attempt's own), not when
+            # this agent first saw it: a plain-sbatch job is seen up to a calm pass late, and a
+            # restarted agent late by its downtime; a job that hung meanwhile was never watched
+            started = catalog_jobs.slurm_time_ns(job.fields.get("StartTime", ""))
+            first = self.running_since.setdefault(
+                (job.id, job.restarts), now if started is None else min(now, started / 1e9)
+            )
             newest = self.beat_at.get(jid)
             due = (
                 now - self.beat_read.get(jid, -math.inf) >= UNSEEN_RECHECK_S
