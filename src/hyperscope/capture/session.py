@@ -452,4 +452,3 @@ class Session:
         if line not in self.notes:
             self.notes.append(line)
             log.warning("hyperscope: %s", line)
-
