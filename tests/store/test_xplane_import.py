@@ -232,3 +232,35 @@ def test_what_jax_writes_imports_as_xplane_and_as_trace_json(tmp_path: Path) -> 
     assert any(n.startswith("PjitFunction(") for n in dir_names)
     assert ops.fetchall()[0][0] > 0 and json_events > 0
     assert len(dir_ranks) == 1 and dir_ranks[0].source_file == str(plane)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 1 << 20])
+def test_only_trace_json_holding_an_empty_event_is_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Kineto's ``*.pt.trace.json.gz`` shares TF's and JAX's suffix: it is read as it is, not
+    parsed whole first, unless an ``{}`` element is found, whichever block boundary it straddles."""
+    import gzip
+
+    from hyperscope.store import xplane_importer
+
+    monkeypatch.setattr(xplane_importer, "_SCAN_BYTES", block)
+    kineto = b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {}}]}'
+    xla = b'{"displayTimeUnit": "ns", "traceEvents": '
+    xla += b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2} ,\n   {  \n }]}'
+    work = tmp_path / "work"
+    work.mkdir()
+    plain = tmp_path / "worker0.pt.trace.json.gz"
+    plain.write_bytes(gzip.compress(kineto))
+    with monkeypatch.context() as m:  # not parsed whole: that is what a Kineto file cost
+        m.setattr(xplane_importer, "orjson", None)
+        assert xplane_importer.readable_xla_json(plain, work) == plain
+    ended = tmp_path / "host.trace.json.gz"
+    ended.write_bytes(gzip.compress(xla))
+    out = xplane_importer.readable_xla_json(ended, work)
+    assert out != ended and out.name == ended.name
+    with gzip.open(out) as fh:
+        assert b"{}" not in fh.read()
+    with Store(tmp_path / "home") as store:
+        assert store.import_traces([ended], "xla").profile.events == 1
+        assert store.import_traces([plain], "kineto").profile.events == 1
