@@ -5,19 +5,19 @@ The wire reader in ``xplane`` walks every byte in Python: on a JAX capture at ``
 C parser does the walking, with a message class built at run time from a descriptor written below
 (xplane.proto's fields, as the profilers write them; no generated code, no TensorFlow).
 
-Three choices keep this path's rows those of the wire reader, value for value (a test holds them
-equal on real TF and JAX captures):
+Three choices keep this path's rows those of the wire reader, value for value (tests hold them
+equal on hand-made spaces with every kind of stat and on real JAX captures):
 
 - every field has the wire reader's type: ids it reads as unsigned are ``uint64``, names are
   ``bytes`` decoded as it decodes them (so a name that is not UTF-8 is not refused here);
 - each stat stays its serialized bytes (``repeated bytes`` is a sub-message's wire format) and is
-  decoded once per distinct value by the wire reader's own ``_stat``: stats repeat (the same source
-  file, the same op names), and a stat's JSON is kept with it, so an event's ``args`` is a join of
-  kept pieces, not a ``json.dumps`` per event;
+  decoded once per distinct value, by the wire reader's rules (``xplane._stat``, ``_stats``): stats
+  repeat (the same source file, the same op names), and a stat's JSON is kept with it, so an
+  event's ``args`` is a join of kept pieces, not a ``json.dumps`` per event;
 - the rows are built in ``xplane.plane_rows``' order, by the same rules (its helpers).
 
 Where protobuf is absent, or runs its pure-Python backend (slower than the wire reader), or the
-data does not parse, ``available()`` is False or ``rows`` returns None, and ``xplane`` reads the
+data does not parse, ``available()`` is False or ``parse`` returns None, and ``xplane`` reads the
 bytes itself: a broken file is then refused with the byte where it broke.
 """
 
@@ -31,8 +31,8 @@ import pyarrow as pa
 
 from hyperscope.capture.torch_backend import RAW_SCHEMA
 
-#: xplane.proto's messages as (field, number, type, message type or ""), the oneofs marked by
-#: ``oneof`` below; only what the reader uses (unknown fields are skipped by the parser).
+#: xplane.proto's messages as (field, number, type, then the message type of a message or map
+#: field, the oneof of a scalar, or ""); only what the reader uses (the parser skips the rest).
 _MESSAGES: Final[dict[str, list[tuple[str, int, str, str]]]] = {
     "XSpace": [("planes", 1, "message", "XPlane")],
     "XPlane": [
