@@ -6,7 +6,7 @@ offset and a duration in picoseconds from the line's start, a metadata id that n
 protobuf wire format directly, so that neither TensorFlow nor a converter (xprof) is needed to read
 it, and a broken file is refused with the byte offset where it broke. Where protobuf's C parser is
 installed (the ``jax`` and ``tensorflow`` extras bring it), ``rows_of`` decodes with it instead
-(``xspace_pb``: 3-4x less CPU, the same rows).
+(``xspace_pb``: about 3x less CPU, the same rows).
 
 The rows have the layout of ``torch_backend``'s raw rows, so the importer's SQL types them into the
 event schema exactly as it types Kineto's: host events are ``cpu_op`` (Python functions, named
