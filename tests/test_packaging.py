@@ -25,8 +25,12 @@ from hyperscope.store.synth import SynthSpec, write_job
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "hyperscope"
 #: imported only where the user asked for it (capture), and installed by the user: torch itself, and
-#: the frameworks of the `tensorflow` and `jax` extras (module -> the extra that declares it)
-OPTIONAL: dict[str, str] = {"torch": "", "jax": "jax", "tensorflow": "tensorflow"}
+#: the frameworks of the `tensorflow` and `jax` extras, with protobuf (`google`), the jax extra's
+#: XSpace decoder (module -> the extra that declares it, and its distribution)
+OPTIONAL: dict[str, tuple[str, str]] = {
+    "torch": ("", "torch"), "jax": ("jax", "jax"), "tensorflow": ("tensorflow", "tensorflow"),
+    "google": ("jax", "protobuf"),
+}  # fmt: skip
 
 
 def _normal(name: str) -> str:
@@ -69,9 +73,9 @@ def test_every_module_imported_at_run_time_is_a_declared_dependency() -> None:
             missing.append(f"{module} ({where.relative_to(REPO)}; distribution {sorted(dists)})")
     assert not missing, f"imported but not in [project] dependencies: {missing}"
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for module, extra in OPTIONAL.items():
+    for module, (extra, dist) in OPTIONAL.items():
         if extra:  # an optional framework is declared by its extra
-            assert extra in extras and any(_normal(d).startswith(module) for d in extras[extra]), module
+            assert extra in extras and any(_normal(d).startswith(dist) for d in extras[extra]), module
 
 
 def _cache() -> Path:

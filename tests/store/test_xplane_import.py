@@ -234,36 +234,6 @@ def test_what_jax_writes_imports_as_xplane_and_as_trace_json(tmp_path: Path) -> 
     assert len(dir_ranks) == 1 and dir_ranks[0].source_file == str(plane)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None,
-    reason="tensorflow is not installed (./dev test installs it)",
-)
-def test_tensorflows_compiled_xspace_decodes_as_the_wire_reader_does(tmp_path: Path) -> None:
-    # In a TF run the writer decodes with TF's compiled message; the planes must be the reader's.
-    for name, data in (("cpu", _space()), ("gpu", _gpu_space())):
-        (tmp_path / f"{name}.xplane.pb").write_bytes(data)
-    script = textwrap.dedent(
-        f"""
-        import os; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        from pathlib import Path
-        import tensorflow
-        from hyperscope.capture import xplane
-        assert xplane._compiled_xspace() is not None
-        for f in sorted(Path({str(tmp_path)!r}).glob("*.xplane.pb")):
-            compiled = xplane.parse_xspace(f.read_bytes(), f)
-            reader, xplane._compiled_xspace = xplane._compiled_xspace, lambda: None
-            wire = xplane.parse_xspace(f.read_bytes(), f)
-            xplane._compiled_xspace = reader
-            assert compiled == wire, (f, compiled, wire)
-            assert xplane.plane_rows(compiled, host_pid=1) == xplane.plane_rows(wire, host_pid=1)
-            print("same", f.name, sum(len(l.events) for p in wire for l in p.lines))
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["same", "cpu.xplane.pb", "4", "same", "gpu.xplane.pb", "5"]
-
-
 @pytest.mark.parametrize("block", [1, 2, 3, 7, 1 << 20])
 def test_only_trace_json_holding_an_empty_event_is_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int

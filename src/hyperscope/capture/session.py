@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from hyperscope.capture import recorders
 from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.context import DistContext
 from hyperscope.capture.parts import Mark, marks_table, one_part, startup_table, step_marks, typed_events
@@ -154,90 +154,20 @@ class Session:
             world_size=self.ctx.world_size,
             local_rank=self.ctx.local_rank,
             clock="epoch_ns",
-            device_properties=_device_properties(),
+            device_properties=recorders.device_properties(),
             distributed_info={"rank": self.ctx.rank, "world_size": self.ctx.world_size},
         )
         self._writer = RankWriter(target, self.ctx, meta)
         self._writer.open()
         try:
-            self._start_kineto_backend()
-            self._start_sampler()
+            self._kineto = recorders.framework_profiler(self.config, self.notes, self._note)
+            self._sampler = recorders.system_sampler(self.config, self.ctx, self._writer, self._note)
             if self.config.duration_s is not None:  # from when recording starts, not before opening
                 self._deadline_ns = time.time_ns() + int(self.config.duration_s * 1e9)
             self._enter_step(self.step_no)
         except Exception as exc:  # the job must not stay InProgress for a capture that never ran
             self.stop(RankStatus.INCOMPLETE, f"the capture could not start: {exc}")
             raise
-
-    def _start_kineto_backend(self) -> None:
-        from hyperscope.capture.xla_backend import FRAMEWORKS, framework_in_use
-
-        framework = framework_in_use()
-        if framework in FRAMEWORKS:
-            assert framework is not None
-            self._start_xla_backend(framework)
-            return
-        from hyperscope.capture.torch_backend import KinetoSession, wanted_activities
-
-        activities = wanted_activities(cpu_ops=self.config.records_cpu_ops, device=self.config.device)
-        if self.config.device and not activities.cuda:
-            self.notes.append("no device activity: CUDA is not available to PyTorch here")
-        if not activities.any:
-            return
-        try:
-            self._kineto = KinetoSession(
-                activities,
-                record_shapes=self.config.record_shapes,
-                memory=self.config.memory,
-                python_stacks=self.config.python_stacks,
-            )
-        except Exception as exc:
-            self._note(f"no PyTorch profiler activity: {exc}")
-
-    def _start_xla_backend(self, framework: str) -> None:
-        """TensorFlow's or JAX's own profiler, for what PyTorch's records in a PyTorch run."""
-        from hyperscope.capture.xla_backend import XlaSession, has_gpu
-
-        gpu = self.config.device and has_gpu(framework)
-        if self.config.device and not gpu:
-            self.notes.append(f"no device activity: {framework} sees no GPU here")
-        if not (gpu or self.config.records_cpu_ops):
-            return
-        try:
-            self._kineto = XlaSession(
-                framework, cpu_ops=self.config.records_cpu_ops, device=gpu,
-                python_stacks=self.config.python_stacks,
-            )  # fmt: skip
-        except Exception as exc:
-            self._note(f"no {framework} profiler activity: {exc}")
-
-    def _start_sampler(self) -> None:
-        if self.config.sample_interval_s == 0:
-            return
-        from hyperscope.capture.sampler import SystemSampler
-
-        writer = self._writer
-        assert writer is not None
-
-        def sink(table: pa.Table) -> None:
-            writer.submit(lambda: ("samples", table))
-
-        kwargs: dict[str, Any] = {}
-        if not self.config.perf_counters:
-            kwargs["perf_events"] = ()
-        try:
-            self._sampler = SystemSampler(
-                interval_s=self.config.sample_interval_s,
-                rank=self.ctx.rank,
-                node=self.ctx.node,
-                sink=sink,
-                gpus=self.ctx.local_rank == 0,  # one rank per node samples the node's GPUs
-                **kwargs,
-            )
-            self._sampler.start()
-        except Exception as exc:
-            self._note(f"no system samples: {exc}")
-            self._sampler = None
 
     def stop(self, status: RankStatus = RankStatus.COMPLETED, message: str = "") -> None:
         """End the capture: last flush, sampler stopped, the rank's end recorded."""
@@ -522,30 +452,3 @@ class Session:
         if line not in self.notes:
             self.notes.append(line)
             log.warning("hyperscope: %s", line)
-
-
-def _device_properties() -> list[dict[str, Any]]:
-    """The GPUs this process sees, as Kineto describes them in its traces' ``deviceProperties``."""
-    if "torch" not in sys.modules:  # a TensorFlow or JAX run: never import torch for this
-        return []
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return []
-        out = []
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            out.append(
-                {
-                    "id": i,
-                    "name": p.name,
-                    "totalGlobalMem": p.total_memory,
-                    "computeMajor": p.major,
-                    "computeMinor": p.minor,
-                    "numSms": p.multi_processor_count,
-                }
-            )
-        return out
-    except Exception:
-        return []
