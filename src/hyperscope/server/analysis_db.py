@@ -12,19 +12,20 @@ at once: +37-42 MB over the process before them with a database each, +10-16 MB 
 shared one (whose threads and caches stay, ~15 MB).
 
 The memory limit is then the server's analyses' together, not each one's: DuckDB's limit of the
-largest profile analysed so far (``analysis._common.memory_limit``: 1 GB below 20M events), or
-the operator's ``--analysis-memory``. What is over it spills to a directory of the server's own
+largest profile analysed so far (``analysis._common.memory_limit``: 1 GB below 20M events). What
+is over it spills to a directory of the server's own
 in the system's temporary folder (never the store, which may be read-only), removed at exit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import duckdb
@@ -32,55 +33,49 @@ import duckdb
 from hyperscope.analysis._common import memory_limit
 from hyperscope.store.profile import Profile
 
-_UNITS: Final = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+#: DuckDB's units: KB, MB, GB, TB are powers of 1000, KiB, MiB, GiB, TiB of 1024
+_UNITS: Final = {
+    **{u: 1000 ** (n + 1) for n, u in enumerate(("KB", "MB", "GB", "TB"))},
+    **{u: 1024 ** (n + 1) for n, u in enumerate(("KIB", "MIB", "GIB", "TIB"))},
+    "B": 1,
+}
 
 
 def parse_bytes(text: str) -> int:
-    """``"512MB"``, ``"2GB"`` (1024-based, as DuckDB reads them) → bytes; a clear error otherwise."""
-    cleaned = text.strip().upper().replace(" ", "").removesuffix("IB").removesuffix("B")
-    unit = next((u for u in _UNITS if cleaned.endswith(u[0]) and cleaned[:-1].isdigit()), None)
-    if unit is not None:
-        value = int(cleaned[:-1]) * _UNITS[unit]
-    elif cleaned.isdigit():
-        value = int(cleaned)
-    else:
+    """A size as DuckDB reads it (``"1GB"`` is 10⁹ bytes, ``"1GiB"`` 2³⁰), as ``memory_limit``
+    writes them, in bytes."""
+    found = re.fullmatch(r"\s*(\d+)\s*([KMGT]I?B|B)?\s*", text.upper())
+    if not found:
         raise ValueError(f"{text!r}: expected a size such as 512MB or 2GB")
-    if value < 64 << 20:
-        raise ValueError(f"{text!r}: expected at least 64MB (DuckDB needs room for its buffers)")
-    return value
+    return int(found.group(1)) * _UNITS[found.group(2) or "B"]
 
 
 class AnalysisDatabase:
-    """The server's DuckDB database, opened at the first analysis and closed with the server.
+    """The server's DuckDB database, opened at the first analysis and closed with the server
+    (DuckDB's own number of threads, one per core: one thread made each new-scope dashboard
+    slower in bench/soak.py, and its memory no lower within the run's noise)."""
 
-    ``memory_bytes``: the limit of every analysis together (None: the largest profile's default).
-    ``threads``: DuckDB's worker threads (None: DuckDB's default, one per core).
-    """
-
-    def __init__(self, memory_bytes: int | None = None, threads: int | None = None) -> None:
-        self.memory_bytes = memory_bytes
-        self.threads = threads
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._db: duckdb.DuckDBPyConnection | None = None
-        self._closer: weakref.finalize[..., None] | None = None
+        self._closer: Callable[[], object] | None = None  # a weakref.finalize
         self._limit = 0
 
     def _database(self, events: int) -> duckdb.DuckDBPyConnection:
         """The database, its limit raised to what a profile of ``events`` needs (never lowered)."""
-        wanted = self.memory_bytes or parse_bytes(memory_limit(events))
+        wanted = parse_bytes(memory_limit(events))
         with self._lock:
             if self._db is None:
-                config: dict[str, str | int | bool] = {"enable_external_file_cache": False}
-                if self.threads is not None:
-                    config["threads"] = self.threads
-                db = duckdb.connect(config=config)
+                # no cache of the files' bytes: over a server's life it would fill with every
+                # profile read, up to the memory limit
+                db = duckdb.connect(config={"enable_external_file_cache": False})
                 spill = tempfile.mkdtemp(prefix="hyperscope-server-spill-")
                 db.execute(f"SET temp_directory = '{spill.replace(chr(39), chr(39) * 2)}'")
                 db.execute("SET enable_progress_bar = false")
                 self._closer = weakref.finalize(self, _close, db, spill)  # at exit, if not before
                 self._db = db
             if wanted > self._limit:
-                self._db.execute(f"SET GLOBAL memory_limit = '{wanted >> 20}MB'")
+                self._db.execute(f"SET GLOBAL memory_limit = '{wanted}B'")
                 self._limit = wanted
             return self._db
 
