@@ -34,7 +34,7 @@ from hyperscope.analysis._common import memory_limit
 from hyperscope.store.profile import Profile
 
 #: DuckDB's units: KB, MB, GB, TB are powers of 1000, KiB, MiB, GiB, TiB of 1024
-_UNITS: Final = {
+_UNITS: Final[dict[str, int]] = {
     **{u: 1000 ** (n + 1) for n, u in enumerate(("KB", "MB", "GB", "TB"))},
     **{u: 1024 ** (n + 1) for n, u in enumerate(("KIB", "MIB", "GIB", "TIB"))},
     "B": 1,
