@@ -57,7 +57,7 @@ def run_one_way(store: Path, way: str, rounds: int) -> list[tuple[float, float, 
 
     threading.Thread(target=sample, daemon=True).start()
     rng = random.Random(5)
-    ranks = list(profile.meta.ranks)
+    ranks = [r.rank for r in profile.meta.ranks]
 
     def one(scope: Scope) -> None:
         opened: AbstractContextManager[duckdb.DuckDBPyConnection] = (
