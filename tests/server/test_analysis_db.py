@@ -20,9 +20,9 @@ def _setting(con: duckdb.DuckDBPyConnection, name: str) -> str:
 
 
 def test_profiles_analysed_at_once_each_see_their_own_events(home: Home) -> None:
-    """Two profiles' connections open at once on one database: each ``events`` view is its own
-    (temporary) one, the analyses give what a database of their own gives, and one database runs
-    them all (no database per analysis)."""
+    """Three profiles' connections open at once on one database (one spill folder, a global
+    setting of DuckDB's, for all): each ``events`` view is its own (temporary) one, and an
+    analysis gives what it gives on a database of its own."""
     profiles = [Profile.open(profile_dir(home.path, pid)) for pid in (home.h200, home.multi, home.big)]
     expected = {
         p.path.name: p.connect().execute("SELECT count(*) FROM events").fetchall()[0][0] for p in profiles
@@ -30,12 +30,14 @@ def test_profiles_analysed_at_once_each_see_their_own_events(home: Home) -> None
     assert len(set(expected.values())) == 3, "the test needs profiles of different sizes"
     db = AnalysisDatabase()
     seen: dict[str, int] = {}
+    spills: set[str] = set()
     inside = threading.Barrier(3, timeout=60)
 
     def count(profile: Profile) -> None:
         with db.connection(profile) as con:
             inside.wait()  # all three connections are open at once
             seen[profile.path.name] = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+            spills.add(_setting(con, "temp_directory"))
             inside.wait()
 
     threads = [threading.Thread(target=count, args=(p,)) for p in profiles]
@@ -44,6 +46,7 @@ def test_profiles_analysed_at_once_each_see_their_own_events(home: Home) -> None
     for t in threads:
         t.join(120)
     assert seen == expected
+    assert len(spills) == 1
     multi = profiles[1]
     with db.connection(multi) as con:
         shared = dashboard(con)

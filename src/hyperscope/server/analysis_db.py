@@ -7,14 +7,14 @@ thread), and two ran at once, each with its own pool: four DuckDB threads on two
 server's RSS +13 % at its peak. One database for the server's life shares one pool of threads and
 one memory limit among every analysis; each still has its own connection (``cursor()``), so the
 time limit interrupts only its own query, and its ``events``/``samples`` views are temporary ones,
-seen by that connection only. Measured in process over the soak's store, two new-scope dashboards
-at once: +37-42 MB over the process before them with a database each, +10-16 MB over it with the
-shared one (whose threads and caches stay, ~15 MB).
+seen by that connection only. Two new-scope dashboards at once over the soak's store
+(bench/analysis_memory.py): +40 MB over the process before them with a database each, +13 MB with
+the shared one (which keeps ~20 MB between analyses), in a third of the time.
 
 The memory limit is then the server's analyses' together, not each one's: DuckDB's limit of the
 largest profile analysed so far (``analysis._common.memory_limit``: 1 GB below 20M events). What
-is over it spills to a directory of the server's own
-in the system's temporary folder (never the store, which may be read-only), removed at exit.
+is over it spills to a directory of the server's own in the system's temporary folder (never the
+store, which may be read-only), removed at exit.
 """
 
 from __future__ import annotations
