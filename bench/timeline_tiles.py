@@ -7,6 +7,8 @@ A profile of ``--events`` million events (``hyperscope.analysis.groundtruth``: 8
 profile (8 host threads and 24 streams: everything expanded), ``--width`` pixels wide, for windows
 of the whole run, then 1/10, 1/100, ... of it down to 1 µs, each at ``--positions`` random places;
 a tile is ``timeline.tile`` + ``encode`` in-process: what the server's endpoint does besides HTTP.
+Each window is asked as the UI asks it (``snap=1``: ``timeline.snap`` widens it to the overview's
+cells where the index keeps them, read with no event decoded; ``--exact``: as it is).
 *Targets*: ≤ 150 ms at 10M events, ≤ 500 ms at 100M, ≤ 2 MB per tile. The index is stored as
 compressed blocks (``timeline._blocks``), decoded into a cache bounded in bytes, which starts empty:
 the first tile of each window pays its blocks' decoding. The same tiles are then asked of the earlier
@@ -27,7 +29,10 @@ frames) then a 40-move mouse drag (the layer copied: *copy*); for every frame, t
 time and the *visible events*: events overlapping the view plus the events counted in the merged
 columns in view (what the frame shows, drawn one by one or merged per pixel column). *Zoom frames*:
 the same three windows, 10 presses of W then 10 of S (each brings a new tile), then 40 wheel turns
-at 60 Hz, 20 in and 20 out (each frame a new scale: the layer redrawn, in slices when large).
+at 60 Hz, 20 in and 20 out (each frame a new scale: the last layer shown stretched, *preview*, until
+the scale has held 100 ms; then the layer of the new scale drawn, in slices when large). Each
+gesture runs under Chromium's trace: *CPU* = the main thread's CPU time of every animation frame's
+callbacks (``FireAnimationFrame``'s thread time), which load inflates far less than the wall time.
 
 Beside these, the size the same profile would have as Kineto JSON: a small profile of the same
 shape is exported with ``hyperscope export`` (Chrome-trace JSON, as Kineto writes it) and its bytes
@@ -37,6 +42,7 @@ per event are multiplied by the event count.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -84,6 +90,7 @@ def run(
     root: Path,
     keep: Path | None = None,
     npy_compare: bool = True,
+    snap: bool = True,
 ) -> dict[str, Any]:
     # stored whatever its size (below STORE_MIN_EVENTS a server holds the index in memory): the
     # blocks are what is measured
@@ -107,6 +114,7 @@ def run(
     index_s = time.perf_counter() - started
     where = tl.index.index_dir(profile)
     index_bytes = sum(p.stat().st_size for p in where.iterdir())
+    overview_bytes = sum(p.stat().st_size for p in where.glob("ov_*.blk"))
     parquet_bytes = sum(p.stat().st_size for p in (profile.path / "events").iterdir())
     npy_s, npy_bytes, npy = 0.0, 0, None
     if npy_compare:
@@ -137,9 +145,11 @@ def run(
     for s, again in [*((s, False) for s in spans), (spans[0], True)]:
         times, cpus, sizes, evs, bins, old, old_cpu = [], [], [], [], [], [], []
         places = [lo] if s == hi - lo else [rnd.randrange(lo, hi - s) for _ in range(positions)]
-        for t0 in places:
+        for place in places:
+            # as the UI asks (snap=1): the window on the overview's cells where it keeps them
+            t0, t1, w = tl.snap(index, place, place + s, width) if snap else (place, place + s, width)
             t_start, c_start = time.perf_counter(), time.process_time()
-            t = tl.tile(index, rows, t0, t0 + s, width)
+            t = tl.tile(index, rows, t0, t1, w)
             payload = tl.encode(t)
             times.append((time.perf_counter() - t_start) * 1e3)
             cpus.append((time.process_time() - c_start) * 1e3)
@@ -149,7 +159,7 @@ def run(
             if npy is None:
                 continue
             t_start, c_start = time.perf_counter(), time.process_time()
-            same = tl.encode(tl.tile(npy, rows, t0, t0 + s, width))
+            same = tl.encode(tl.tile(npy, rows, t0, t1, w))  # no overview: from the events
             old.append((time.perf_counter() - t_start) * 1e3)
             old_cpu.append((time.process_time() - c_start) * 1e3)
             assert same == payload, "the compressed and the plain index answer alike"
@@ -175,6 +185,7 @@ def run(
         "generate_s": generate_s,
         "index_s": index_s,
         "index_bytes": index_bytes,
+        "overview_bytes": overview_bytes,
         "npy_s": npy_s,
         "npy_bytes": npy_bytes,
         "parquet_bytes": parquet_bytes,
@@ -243,9 +254,14 @@ def frame_figures(page: Any, share: float, gesture: Callable[[Any, float, float]
     page.evaluate(f"() => {{ {tl_js}.state.frameLog = []; }}")
     page.focus("#tl-canvas")
     box = page.locator("#tl-canvas").bounding_box()
-    gesture(page, box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
-    page.wait_for_timeout(300)
-    page.wait_for_function(READY, timeout=60_000)
+    browser = page.context.browser
+    browser.start_tracing(page=page, categories=["devtools.timeline"])
+    try:
+        gesture(page, box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5)
+        page.wait_for_timeout(300)
+        page.wait_for_function(READY, timeout=60_000)
+    finally:
+        cpu = frame_cpu_ms(browser.stop_tracing())
     log = page.evaluate(
         f"() => {{ const l = {tl_js}.state.frameLog; {tl_js}.state.frameLog = null; return l; }}"
     )
@@ -267,11 +283,32 @@ def frame_figures(page: Any, share: float, gesture: Callable[[Any, float, float]
         "visible_median": statistics.median(visible),
         "visible_max": max(visible),
         "events_max": max(f["events"] for f in frames),
+        "cpu_frames": len(cpu),
+        "cpu_median_ms": statistics.median(cpu) if cpu else None,
+        "cpu_max_ms": max(cpu) if cpu else None,
         "per_frame": [
             {"ms": round(f["ms"], 2), "kind": f["kind"], "events": f["events"], "merged": f["merged"]}
             for f in frames
         ],
     }
+
+
+def frame_cpu_ms(trace: bytes) -> list[float]:
+    """The CPU time of every animation frame's callbacks on the page's main thread (Chromium's
+    trace: ``FireAnimationFrame``, its thread time ``tdur``), in ms: what a frame's drawing costs,
+    which load on the machine inflates far less than its wall time (the frame log's ``ms``)."""
+    doc = json.loads(trace)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    main = {
+        (e["pid"], e["tid"])
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"].get("name") == "CrRendererMain"
+    }
+    return [
+        e["tdur"] / 1000
+        for e in events
+        if e.get("name") == "FireAnimationFrame" and "tdur" in e and (e["pid"], e["tid"]) in main
+    ]
 
 
 def browser_figures(home: Path, pid: str, cold: bool = True) -> dict[str, Any]:
@@ -345,6 +382,10 @@ def main() -> None:
         "--keep", type=Path, help="keep the generated profiles in this folder and reuse them in later runs"
     )
     parser.add_argument(
+        "--exact", action="store_true",
+        help="ask every tile's window as it is (not snapped to the overview's cells, as the UI asks)",
+    )  # fmt: skip
+    parser.add_argument(
         "--npy-max", type=float, default=10.0,
         help="millions of events up to which the plain .npy layout is built and asked the same tiles",
     )  # fmt: skip
@@ -356,17 +397,19 @@ def main() -> None:
         bpe = json_bytes_per_event(root)
         results = []
         for m in args.events:
-            r = run(m, args.width, args.positions, root, args.keep, m <= args.npy_max)
+            r = run(m, args.width, args.positions, root, args.keep, m <= args.npy_max, not args.exact)
             r["kineto_json_bytes_est"] = r["events"] * bpe
             results.append(r)
             print(
                 f"\n{r['events']:,} events, {r['rows']} rows: generated in {r['generate_s']:.1f} s, "
-                f"index built in {r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.1f} MB in blocks beside "
+                f"index built in {r['index_s']:.1f} s ({r['index_bytes'] / 1e6:.1f} MB in blocks, "
+                f"{r['overview_bytes'] / 1e6:.2f} MB of them the overview, beside "
                 f"{r['parquet_bytes'] / 1e6:.0f} MB "
                 f"of Parquet; as .npy {r['npy_bytes'] / 1e6:.0f} MB in {r['npy_s']:.1f} s); as Kineto JSON ≈ "
                 f"{r['kineto_json_bytes_est'] / 1e9:.2f} GB ({bpe:.0f} B/event); "
                 f"decoded blocks kept at the end: "
                 f"{r['block_cache_bytes'] / 2**20:.0f} MiB (bound {_blocks.cache_bytes() / 2**20:.0f} MiB); "
+                f"windows {'as asked' if args.exact else 'snapped to the overview (as the UI asks)'}; "
                 f"load average {Path('/proc/loadavg').read_text().split()[0]}"
             )
             target = TARGET_MS.get(round(m))
@@ -480,12 +523,27 @@ def print_browser(b: dict[str, Any]) -> None:
                     round(f["max_ms"], 1),
                     f["worst_kind"],
                     "met" if f["max_ms"] <= 16 else "missed",
+                    _ms(f.get("cpu_median_ms")),
+                    _ms(f.get("cpu_max_ms")),
+                    "-" if f.get("cpu_max_ms") is None else "met" if f["cpu_max_ms"] <= 16 else "missed",
                 ]
             )
     print_table(
         ["gesture, window", "frames", "kinds", "visible events/frame", "drawn events", "median ms", "max ms",
-         "worst", "≤ 16 ms"],
+         "worst", "≤ 16 ms", "CPU median", "CPU max", "CPU ≤ 16 ms"],
         rows,
+    )  # fmt: skip
+    worst = max((b[f"{g} {v}"] for g in ("pan", "zoom") for v, _ in PAN_WINDOWS), key=lambda f: f["max_ms"])
+    cpu = [b[f"{g} {v}"].get("cpu_max_ms") for g in ("pan", "zoom") for v, _ in PAN_WINDOWS]
+    print_table(
+        ["target", "measured", ""],
+        [
+            ["every pan and zoom frame ≤ 16 ms (script time of the frame, wall)",
+             f"slowest {worst['max_ms']:.1f} ms", "met" if worst["max_ms"] <= 16 else "missed"],
+            ["every pan and zoom frame's CPU ≤ 16 ms (main thread, Chromium's trace)",
+             "-" if None in cpu else f"highest {max(c for c in cpu if c is not None):.1f} ms",
+             "-" if None in cpu else "met" if max(c for c in cpu if c is not None) <= 16 else "missed"],
+        ],
     )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from hyperscope import JobStatus, Store
-from hyperscope.cluster import manage
+from hyperscope.cluster import manage, ssh
 from hyperscope.cluster.spec import SpecError, SshSettings, load_spec
 from hyperscope.cluster.ssh import ssh_argv, start_command, stop_command, with_env
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, alive
@@ -30,7 +30,7 @@ def test_ssh_command_lines() -> None:
     s = SshSettings(port=2222, identity_file=Path("/k/id"), options=("StrictHostKeyChecking=no",))
     argv = ssh_argv(s, "10.0.0.2", "hostname -s")
     assert argv[:3] == ["ssh", "-p", "2222"] and argv[-2:] == ["root@10.0.0.2", "hostname -s"]
-    assert "BatchMode=yes" in argv and "ControlMaster=auto" in argv
+    assert "BatchMode=yes" in argv and "ControlMaster=auto" in argv and "ServerAliveInterval=5" in argv
     assert argv[argv.index("-i") + 1] == "/k/id" and "StrictHostKeyChecking=no" in argv
     assert with_env({"A": "x y"}, ["sbatch", "--wrap", "echo $A"]) == "env 'A=x y' sbatch --wrap 'echo $A'"
     start = start_command("/r/c", "slurmd-w-1.out", ["slurmd", "-N", "w-1"])
@@ -241,3 +241,20 @@ def test_stopping_one_node_stops_only_its_processes(tmp_path: Path) -> None:
         for p in procs.values():
             p.kill()
             p.wait()
+
+
+def test_slurm_commands_fail_over_to_the_next_controller_host_and_try_a_gone_one_last(
+    sshd: tuple[int, Path],
+) -> None:
+    """The runner of :func:`ssh.slurm_for`: nothing listens on 127.0.0.3 (ssh exits 255, as for
+    a host that is gone), so the command runs on 127.0.0.1; the gone host is then tried last."""
+    port, key = sshd
+    options = ("StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null")
+    run = ssh.Hosts(SshSettings(port=port, identity_file=key, options=options)).runner(
+        "127.0.0.3", "127.0.0.1"
+    )
+    ssh._AWAY.pop("127.0.0.3", None)
+    done = run(["sh", "-c", "echo $SSH_CONNECTION"], {}, 20)
+    assert done.returncode == 0 and done.stdout.split()[2:] == ["127.0.0.1", str(port)]
+    assert ssh._AWAY["127.0.0.3"] > time.monotonic()  # tried after 127.0.0.1 for the next AWAY_S
+    assert "127.0.0.1" not in ssh._AWAY

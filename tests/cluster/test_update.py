@@ -3,6 +3,7 @@ cluster (real slurmctld and slurmds) grown, shrunk and updated while a job runs 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -72,6 +73,20 @@ def test_the_plan_promotes_spares_first_removes_idle_nodes_first_and_refuses_wha
     )
     assert plan_update(state, old, gpus, busy=set()).refused == (
         "instance_groups.workers: its role and gpus_per_node stay as created",
+    )
+
+
+def test_the_plan_refuses_adding_or_removing_a_backup_controller_saying_how(tmp_path: Path) -> None:
+    state = _state([("workers", "workers-1", False)])
+    old = _spec(tmp_path, [{"name": "workers", "role": "worker", "count": 1}])
+    backup = dataclasses.replace(old, slurm=dataclasses.replace(old.slurm, backup_controller=True))
+    for before, after in ((old, backup), (backup, old), (None, backup)):
+        (why,) = plan_update(state, before, after, busy=set()).refused
+        assert why.startswith("slurm.backup_controller: a backup controller is added, moved or removed")
+        assert "`hyperscope cluster create --replace -f SPEC`" in why
+    other = dataclasses.replace(old, slurm=dataclasses.replace(old.slurm, slurmd_timeout=9))
+    assert plan_update(state, old, other, busy=set()).refused == (
+        "slurm: Slurm's settings cannot change on a live cluster",
     )
 
 

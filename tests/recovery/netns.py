@@ -18,6 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: every host's network interface (a job's ranks name it, e.g. ``GLOO_SOCKET_IFNAME``)
+IFNAME = "eth0"
+
 
 def _ip(*args: str, ns: str = "") -> None:
     argv = ["ip", *(["-n", ns] if ns else []), *args]
@@ -93,8 +96,9 @@ class Hosts:
         _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
         _ip("link", "set", inner, "netns", ns)
         _ip("link", "set", outer, "master", self.bridge, "up")
-        _ip("addr", "add", f"{addr}/24", "dev", inner, ns=ns)
-        _ip("link", "set", inner, "up", ns=ns)
+        _ip("link", "set", inner, "name", IFNAME, ns=ns)  # one name on every host, as on real ones
+        _ip("addr", "add", f"{addr}/24", "dev", IFNAME, ns=ns)
+        _ip("link", "set", IFNAME, "up", ns=ns)
         _ip("link", "set", "lo", "up", ns=ns)
         conf = d / f"sshd_config.{i}"
         conf.write_text(

@@ -1,11 +1,11 @@
 """Issue 14 on an adopted (existing-provider) cluster of real hosts: a multi-host Slurm brought up
 by the ssh provider (its agent off; a backup controller on a host of its own), reached from this
 machine as from a login node. The adopted cluster's spec opts in to health loops on the nodes'
-hosts and names a spare script. With the operator's primary slurmctld killed, the agent logs it
-and leaves it alone (no restart command in the spec) while it works through the backup: a check
-failing on a host drains its node, the spare script runs on the spare's host, and the spare joins
-the partition; a spare the script fails on is left out of it, a ticket. One cluster for the
-module (4 hosts)."""
+hosts (one killed is started again by the agent) and names a spare script. With the operator's
+primary slurmctld killed, the agent logs it and leaves it alone (no restart command in the spec)
+while it works through the backup: a check failing on a host drains its node, the spare script
+runs on the spare's host, and the spare joins the partition; a spare the script fails on is left
+out of it, a ticket. One cluster for the module (4 hosts)."""
 
 from __future__ import annotations
 
@@ -170,6 +170,35 @@ def test_adopting_records_the_operators_backup_controller_and_starts_a_loop_per_
         assert adopted.hosts.ssh(h.addr, f"ls {adopted.hosts.remote_dir}").split() == ["adopted", "ops"]
 
 
+def test_a_health_loop_killed_on_its_host_is_started_again_by_the_agent(adopted: Adopted) -> None:
+    """workers-1's loop killed (by pid, on its host): the agent starts a new one there; the next
+    test's failing check on workers-1 is caught by this new loop."""
+    ad, state = adopted, adopted.state
+    home = Path(state.dir).parents[1]
+    old = next(p for p in manage.load("adopted", home).procs if p.role == existing_ops.HEALTH
+               and p.node == "workers-1")  # fmt: skip
+    mark = len(_log(state))
+    ad.hosts.ssh(old.host, f"kill -9 {old.pid}")
+    done = wait_for("the loop restarted", lambda: _first(state, mark, kind="restart", phase="done"), 60)
+    assert isinstance(done, dict) and done["nodes"] == ["workers-1"] and done["hosts"] == [old.host]
+    decided = _first(state, mark, kind="restart", phase="decided")
+    assert decided is not None
+    assert decided["reason"] == (
+        f"the health loop of workers-1 (pid {old.pid} on {old.host}) is gone: started again"
+    )
+    new = next(p for p in manage.load("adopted", home).procs if p.role == existing_ops.HEALTH
+               and p.node == "workers-1")  # fmt: skip
+    assert new.host == old.host and new.pid != old.pid
+    argv = ad.hosts.ssh(new.host, f"tr '\\0' ' ' < /proc/{new.pid}/cmdline").split()
+    assert argv[1:5] == ["-m", "hyperscope.health", "--loop", "2"]
+    assert argv[argv.index("--node") + 1] == "workers-1"
+    # the other node's loop was left as it was
+    other = [p for p in manage.load("adopted", home).procs if p.role == existing_ops.HEALTH
+             and p.node == "workers-2"]  # fmt: skip
+    assert [p.pid for p in other] == [p.pid for p in state.procs if p.role == existing_ops.HEALTH
+                                      and p.node == "workers-2"]  # fmt: skip
+
+
 def test_with_the_primary_gone_the_agent_leaves_it_and_prepares_a_spare_through_the_backup(
     adopted: Adopted,
 ) -> None:
@@ -203,7 +232,9 @@ def test_with_the_primary_gone_the_agent_leaves_it_and_prepares_a_spare_through_
     job = ["--wait", "-N1", "-o", str(out), "--wrap", "srun bash -c 'echo $SLURMD_NODENAME'"]
     manage.submit("adopted", Path(state.dir).parents[1], job)
     assert out.read_text().split() == ["workers-2"]
-    assert not any(r["kind"] == "restart" for r in _log(state))  # the operator's daemon, untouched
+    # the operator's daemon untouched: the only restart was of our own loop
+    restarts = [r["reason"] for r in _log(state) if r["kind"] == "restart" and r["phase"] == "decided"]
+    assert restarts and all(r.startswith("the health loop of workers-1 ") for r in restarts)
 
 
 def test_a_spare_the_script_fails_on_is_left_out_of_the_partition_as_a_ticket(adopted: Adopted) -> None:

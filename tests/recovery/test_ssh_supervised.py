@@ -12,8 +12,10 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,11 @@ def _submit(slurm: Slurm, *args: str) -> int:
     return job
 
 
+def _restarted(state: ClusterState, mark: int) -> dict[str, Any] | None:
+    """The end (done or failed) of the first restart the agent logged after ``mark``."""
+    return next((r for r in _log(state, mark) if r["kind"] == "restart" and r["phase"] != "decided"), None)
+
+
 def _completed(slurm: Slurm, job: int) -> bool:
     try:
         return any(j.id == job and j.state == "COMPLETED" for j in slurm.jobs())
@@ -129,12 +136,7 @@ def test_the_backup_schedules_while_the_primary_is_gone_and_the_agent_restarts_t
     finally:
         os.kill(agent.pid, signal.SIGCONT)
 
-    def restarted() -> dict[str, Any] | None:
-        return next(
-            (r for r in _log(state, mark) if r["kind"] == "restart" and r["phase"] != "decided"), None
-        )
-
-    done = wait_for("the agent to restart the primary on its host", restarted, 60)
+    done = wait_for("the agent to restart the primary on its host", lambda: _restarted(state, mark), 60)
     assert isinstance(done, dict) and done["phase"] == "done", done
     assert done["nodes"] == ["slurmctld"] and done["hosts"] == [primary]
     decided = next(r for r in _log(state, mark) if r["kind"] == "restart")
@@ -144,6 +146,41 @@ def test_the_backup_schedules_while_the_primary_is_gone_and_the_agent_restarts_t
     assert slurm.controllers() == {"h1": "UP", "h2": "UP"}
     job = _submit(slurm, "-N2", "--wrap", "srun true")  # the primary in control again: it schedules
     wait_for("a job after the restart", lambda: _completed(slurm, job), 90)
+
+
+def test_with_the_primary_host_cut_off_jobs_go_through_the_backup_and_describe_answers(
+    cluster: tuple[ClusterState, netns.Hosts],
+) -> None:
+    """The primary's host gone without a whole-host kill: its slurmctld killed by pid, then its
+    link taken down inside its namespace (ssh to it fails as to a machine that is off). Slurm's
+    commands fall back to the backup's host, the backup schedules, ``describe`` and
+    ``list-nodes`` answer; the link back, the agent restarts the primary on its host."""
+    state, hosts = cluster
+    h1, primary = hosts.hosts[0], hosts.hosts[0].addr
+    home = _home(state)
+    old = _proc(state, "slurmctld")
+    os.kill(old.pid, signal.SIGKILL)  # the namespaces share this machine's PIDs
+    link = f"v{hosts.tag}1b"
+    netns._ip("link", "set", link, "down", ns=h1.ns)
+    try:
+        slurm = slurm_for(_now(state))
+        job = _submit(slurm, "-N2", "--wrap", "srun true")
+        wait_for("the job to complete through the backup", lambda: _completed(slurm, job), 120)
+        described = manage.describe(state.name, home)
+        assert described.running and described.slurm_version
+        assert any(j.name for j in described.jobs)  # the catalog synced through the backup
+        rows = {r.node: r.health for r in manage.list_nodes(state.name, home)}
+        assert rows["workers-1"] == rows["workers-2"] == "healthy"
+        assert slurm.controllers() == {"h1": "DOWN", "h2": "UP"}
+        assert _proc(state, "slurmctld").pid == old.pid  # unreachable: nothing restarted meanwhile
+        mark = len(_log(state))
+    finally:
+        netns._ip("link", "set", link, "up", ns=h1.ns)
+
+    done = wait_for("the primary restarted once its host answers", lambda: _restarted(state, mark), 90)
+    assert isinstance(done, dict) and done["phase"] == "done", done
+    assert done["nodes"] == ["slurmctld"] and done["hosts"] == [primary]
+    assert slurm.controllers() == {"h1": "UP", "h2": "UP"}
 
 
 def test_a_failing_health_check_on_a_host_drains_its_node_and_the_agent_re_creates_it(
@@ -219,6 +256,99 @@ def test_the_agent_and_its_keeper_on_this_machine_restart_each_other(
         "a new keeper", lambda: (p := _proc(state, "keeper")).pid != keeper.pid and alive(p) and p, 40
     )
     assert isinstance(again, Proc)
+
+
+def test_the_agent_and_its_keeper_killed_at_once_come_back_by_the_third_path(
+    cluster: tuple[ClusterState, netns.Hosts],
+) -> None:
+    """Both killed together (neither can start the other): ``keeper --once`` (a cron line's
+    command) starts them again; killed again, the operator's next ``list-nodes`` does."""
+    state, _ = cluster
+    home = _home(state)
+    once = [sys.executable, "-m", "hyperscope.recovery.keeper", "--once", "--cluster", state.name,
+            "--home", str(home)]  # fmt: skip
+    _kill_both_then(
+        state, lambda: subprocess.run(once, check=True), "`python -m hyperscope.recovery.keeper --once`"
+    )
+    _kill_both_then(state, lambda: manage.list_nodes(state.name, home), "`hyperscope cluster list-nodes`")
+
+
+def _running(state: ClusterState, role: str, besides: int = 0) -> Proc | None:
+    """The recorded ``role`` (other than pid ``besides``) if it runs."""
+    p = next((p for p in _now(state).procs if p.role == role and not p.host), None)
+    return p if p is not None and p.pid != besides and alive(p) else None
+
+
+def _holders(lock: Path) -> list[str]:
+    """The processes with ``lock`` open (what a failed wait shows)."""
+    out = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            if Path(os.readlink(fd)) == lock:
+                out.append((fd.parents[1] / "cmdline").read_text().replace("\0", " ")[:200])
+    return out
+
+
+def _kill_both_then(state: ClusterState, revive: Callable[[], object], how: str) -> None:
+    agent = wait_for("the agent", lambda: _running(state, "agent"), 40)
+    keeper = wait_for("the keeper", lambda: _running(state, "keeper"), 40)
+    assert isinstance(agent, Proc) and isinstance(keeper, Proc)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):  # held first: neither restarts the other meanwhile
+        for p in (keeper, agent):
+            os.kill(p.pid, sig)
+    wait_for("both gone", lambda: not alive(agent) and not alive(keeper), 10)
+    mark = len(_log(state))
+    revive()
+    try:
+        new = wait_for("a new agent", lambda: _running(state, "agent", besides=agent.pid), 40)
+    except AssertionError:
+        held = _holders(Path(state.dir) / "agent.lock")
+        raise AssertionError(f"no new agent; agent.lock held by {held}") from None
+    again = wait_for("a new keeper", lambda: _running(state, "keeper", besides=keeper.pid), 40)
+    assert isinstance(new, Proc) and isinstance(again, Proc)
+    said = [r for r in _log(state, mark) if r["kind"] == "restart" and r["nodes"] == ["agent"]]
+    assert [r["reason"] for r in said] == [f"the agent and its keeper were gone: started again by {how}"]
+
+
+def test_update_of_a_cluster_with_a_backup_controller_restarts_both_on_the_new_node_list(
+    cluster: tuple[ClusterState, netns.Hosts],
+) -> None:
+    """``cluster update`` (workers 2 → 1): slurm.conf on both controllers' hosts without the node
+    gone, both slurmctld restarted (the backup stopped first, started again on the new list) and
+    standing; adding or removing the backup controller is refused, with what to do instead."""
+    state, hosts = cluster
+    home, tmp = _home(state), _home(state).parent
+    primary, backup = hosts.hosts[0].addr, hosts.hosts[1].addr
+    doc = yaml.safe_load((tmp / "sup.yaml").read_text())
+    gone = {**doc, "slurm": {}}
+    (tmp / "nobackup.yaml").write_text(yaml.safe_dump(gone))
+    with pytest.raises(ClusterError, match=r"slurm\.backup_controller: a backup controller is added"):
+        manage.update(tmp / "nobackup.yaml", home, lambda n, s: None, drain_timeout_s=30)
+    before = _now(state)
+    assert before.status == "InService"
+    doc["instance_groups"][1].update(count=1, hosts=doc["instance_groups"][1]["hosts"][:1])
+    (tmp / "sup.yaml").write_text(yaml.safe_dump(doc))
+    said: list[str] = []
+    plan = manage.update(tmp / "sup.yaml", home, lambda n, s: said.append(f"{n}: {s}"), drain_timeout_s=60)
+    assert plan.describe() == "remove workers-2"
+    order = [s for s in said if "slurmctld" in s]
+    assert order == [
+        f"controller-1: stopping the backup slurmctld on {backup} (started again below)",
+        f"controller-1: restarting slurmctld on {primary} with the new node list (running jobs go on)",
+        f"controller-1: starting the backup slurmctld on {backup} with the new node list",
+    ]
+    after = _now(state)
+    for role in ("slurmctld", "slurmctld-backup"):
+        was, now = (next(p for p in s.procs if p.role == role) for s in (before, after))
+        assert now.pid != was.pid and now.host == was.host
+    for host in (primary, backup):
+        conf = hosts.ssh(host, f"cat {state.slurm_conf}")
+        assert "NodeName=workers-1 " in conf and "workers-2" not in conf
+    slurm = slurm_for(after)
+    assert slurm.controllers() == {"h1": "UP", "h2": "UP"}
+    assert [n.name for n in slurm.nodes()] == ["workers-1"]
+    job = _submit(slurm, "-N1", "--wrap", "srun true")
+    wait_for("a job after the update", lambda: _completed(slurm, job), 90)
 
 
 def test_delete_stops_both_controllers_and_every_health_loop_on_every_host(

@@ -92,6 +92,27 @@ def test_tile_of_a_generated_profile_is_bounded(client: TestClient, home: Home) 
     assert "content-encoding" not in plain.headers and plain.content == r.content
 
 
+def test_a_snapped_tile_is_the_engines_tile_of_the_window_it_names(client: TestClient, home: Home) -> None:
+    """``snap=1``: the header names the window answered (covering the one asked, on the overview's
+    cells where the index keeps them) and the tile is the engine's tile of that window."""
+    body = get_rows(client, home.big).json()
+    rows = [leaf["id"] for leaf in _leaves(body["root"]) if leaf["type"] == "events"]
+    t0, t1 = int(body["start_ns"]) + 777, int(body["end_ns"])
+    index = tl.load(Profile.open(profile_dir(home.path, home.big)))
+    snapped = 0
+    for width in (3, 40, 700):
+        params = {"rows": ",".join(rows), "t0_ns": t0, "t1_ns": t1, "width": width, "snap": 1}
+        header, cols = tl.decode(client.get(BASE.format(home.big) + "/tile", params=params).content)
+        a, b, w = int(header["t0_ns"]), int(header["t1_ns"]), header["width"]
+        assert (a, b, w) == tl.snap(index, t0, t1, width) and a <= t0 and b >= t1
+        snapped += (a, b, w) != (t0, t1, width)
+        want = tl.tile(index, rows, a, b, w)
+        assert np.array_equal(cols["id"], want.id) and np.array_equal(cols["bin_busy"], want.bin_busy)
+    assert snapped >= 1 and index.overview is not None
+    plain, _ = tl.decode(client.get(BASE.format(home.big) + "/tile", params={**params, "snap": 0}).content)
+    assert (int(plain["t0_ns"]), int(plain["t1_ns"]), plain["width"]) == (t0, t1, 700)
+
+
 @pytest.mark.parametrize(
     ("params", "word"),
     [

@@ -262,3 +262,35 @@ def test_tensorflows_compiled_xspace_decodes_as_the_wire_reader_does(tmp_path: P
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["same", "cpu.xplane.pb", "4", "same", "gpu.xplane.pb", "5"]
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 1 << 20])
+def test_only_trace_json_holding_an_empty_event_is_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Kineto's ``*.pt.trace.json.gz`` shares TF's and JAX's suffix: it is read as it is, not
+    parsed whole first, unless an ``{}`` element is found, whichever block boundary it straddles."""
+    import gzip
+
+    from hyperscope.store import xplane_importer
+
+    monkeypatch.setattr(xplane_importer, "_SCAN_BYTES", block)
+    kineto = b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {}}]}'
+    xla = b'{"displayTimeUnit": "ns", "traceEvents": '
+    xla += b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2} ,\n   {  \n }]}'
+    work = tmp_path / "work"
+    work.mkdir()
+    plain = tmp_path / "worker0.pt.trace.json.gz"
+    plain.write_bytes(gzip.compress(kineto))
+    with monkeypatch.context() as m:  # not parsed whole: that is what a Kineto file cost
+        m.setattr(xplane_importer, "orjson", None)
+        assert xplane_importer.readable_xla_json(plain, work) == plain
+    ended = tmp_path / "host.trace.json.gz"
+    ended.write_bytes(gzip.compress(xla))
+    out = xplane_importer.readable_xla_json(ended, work)
+    assert out != ended and out.name == ended.name
+    with gzip.open(out) as fh:
+        assert b"{}" not in fh.read()
+    with Store(tmp_path / "home") as store:
+        assert store.import_traces([ended], "xla").profile.events == 1
+        assert store.import_traces([plain], "kineto").profile.events == 1

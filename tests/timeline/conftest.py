@@ -14,6 +14,12 @@ REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "tests" / "data" / "h200_capture" / "profiles" / "13d6a1a68216d320"
 
 
+@pytest.fixture(autouse=True)
+def _overview_of_small_levels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test profiles' levels hold a few to thousands of events: each keeps an overview."""
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_OVERVIEW_MIN", "2")
+
+
 @pytest.fixture(scope="session")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Profile:
     """4 ranks on 2 nodes, nested host events (steps around launches), one kernel inside another."""

@@ -8,7 +8,7 @@ from hyperscope import timeline
 def test_all_lists_the_public_surface() -> None:
     assert sorted(timeline.__all__) == [
         "EventNotFound", "Index", "Row", "Tile", "build", "decode", "encode", "event", "flows",
-        "links", "load", "sample_tile", "search", "span", "steps", "tile", "tree",
+        "links", "load", "sample_tile", "search", "snap", "span", "steps", "tile", "tree",
     ]  # fmt: skip
     for name in timeline.__all__:
         assert getattr(timeline, name) is not None, name

@@ -158,6 +158,10 @@ def test_stacked_timelines_align_the_same_step(page: Any, pair: Pair) -> None:
         f"() => window.__hyperscope.compareTimelines.lanes.every(s => s.t1 - s.t0 < {span * 0.9})"
     )
     a, b = _lanes_settled(page, "ProfilerStep#3")
+    # and each lane ends on its layer at the new scale, not on the stretched preview of the zoom
+    page.wait_for_function(
+        "() => window.__hyperscope.compareTimelines.lanes.every(s => ['draw', 'copy'].includes(s.painted))"
+    )
     assert abs((a["t0"] - a["stepStart"]) - (b["t0"] - b["stepStart"])) < 1
     assert abs(a["stepX"] - b["stepX"]) < 0.5
     screenshot(page, "compare-stacked-timelines")

@@ -337,7 +337,8 @@ def test_zoom_burst_ends_on_the_layer_of_its_last_view(page: Any, deep: Served) 
     # are all of the tile shown, one phase of drawing per frame
     page.route("**/timeline/tile?*", lambda route: None)
     tiles = state(page, "s.tiles")
-    page.evaluate(f"() => {{ {TL}.sliceMs(0); {TL}.state.frameLog = []; }}")
+    # every scale begun at once (no settling: test_timeline_frames.py has the zoom that waits)
+    page.evaluate(f"() => {{ {TL}.sliceMs(0); {TL}.settleMs(0); {TL}.state.frameLog = []; }}")
     # one wheel turn per frame, so that the burst ends while a layer is being drawn
     page.evaluate(
         """async () => { const c = document.querySelector('#tl-canvas'), r = c.getBoundingClientRect();
@@ -351,7 +352,7 @@ def test_zoom_burst_ends_on_the_layer_of_its_last_view(page: Any, deep: Served) 
     kinds = page.evaluate(f"() => {TL}.state.frameLog.map(f => f.kind)")
     assert "slice" in kinds and "draw" in kinds, kinds  # layers drawn over several frames, and shown
     assert state(page, "s.tiles") == tiles
-    page.evaluate(f"() => {{ {TL}.sliceMs(4); {TL}.state.frameLog = null; }}")
+    page.evaluate(f"() => {{ {TL}.sliceMs(4); {TL}.settleMs(100); {TL}.state.frameLog = null; }}")
 
 
 def test_global_instants_sit_on_a_row_that_says_so(page: Any, tmp_path: Path) -> None:

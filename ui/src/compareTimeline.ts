@@ -46,6 +46,8 @@ export interface LaneState {
   stepX: number | null; // canvas px of the aligned step's start and end, as last drawn
   stepEndX: number | null;
   error: string | null;
+  /** how the last frame showed the tile (painter.ts: "copy", "draw", "slice", "preview") */
+  painted: string;
 }
 
 const BOUNDS = "#111827";
@@ -88,6 +90,7 @@ class Lane {
     this.state = {
       profile: side.profile, rows: [], step: null, stepStart: null, stepDur: null, t0: 0, t1: 1,
       tiles: 0, loading: false, events: 0, merged: 0, stepX: null, stepEndX: null, error: null,
+      painted: "",
     }; // prettier-ignore
     this.root = h(
       "div",
@@ -278,7 +281,9 @@ class Lane {
     const nsPerPx = (this.state.t1 - this.state.t0) / (w - GUTTER);
     const key: LayerKey = { prepared: p, layoutVersion: this.layoutVersion, search: "", dpr, nsPerPx };
     const view: Need = { t0: this.state.t0, t1: this.state.t1, y0: this.scrollY, y1: this.scrollY + hh - RULER };
-    if (this.painter.paint(ctx, key, view, this.drawn) === "slice") this.redraw();
+    const kind = this.painter.paint(ctx, key, view, this.drawn);
+    this.state.painted = kind;
+    if (kind === "slice" || kind === "preview") this.redraw(); // the rest, or the layer once the zoom holds
   }
 }
 

@@ -340,3 +340,32 @@ def submit(
     )
     if done.status is JobStatus.FAILED:  # only known this soon with --wait
         raise typer.Exit(1)
+
+
+@cluster_app.command("hooks")
+def hooks_cmd(name: NameArg, home: HomeOption = None) -> None:
+    """An adopted (existing) cluster: write the TaskProlog (heartbeats for hang detection, a
+    checkpoint folder per job) and --auto-resume's plugin to the shared directory, and print the
+    slurm.conf lines that use them, for its operator to add. Nothing of the cluster is changed."""
+    from hyperscope.cluster import adopted_hooks
+
+    try:
+        done = adopted_hooks.write(manage.load(name, _home(home)))
+    except HyperscopeError as exc:
+        _fail(exc)
+    out.print(f"# wrote {done.folder}; add to slurm.conf on every node, then `scontrol reconfigure`:")
+    for line in done.lines:
+        out.print(line, soft_wrap=True)
+    out.print(
+        "# a TaskProlog of your own instead: run the one above from it and print what it prints",
+        soft_wrap=True,
+    )
+    if done.plugstack:
+        out.print(f"# a plugstack.conf of your own instead: add to it\n# {done.plugstack}", soft_wrap=True)
+    out.print(
+        "# the Prolog check: add `hyperscope health --quick --drain` to your Prolog (its node: "
+        "$SLURMD_NODENAME)",
+        soft_wrap=True,
+    )
+    for note in done.notes:
+        err.print(Text("note: ", style="bold yellow") + Text(note))

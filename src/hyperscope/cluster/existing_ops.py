@@ -5,8 +5,10 @@
   at adopt on the node's host (Slurm's ``NodeAddr``), which drains its node when a check fails
   (the agent then acts on the drain). Nothing is written to the operator's slurm.conf: the loop is
   hyperscope's own process, recorded with its host, PID and start time, and stopped by
-  ``delete``. Its Slurm configuration and the node's spool are the ones ``scontrol show config``
-  reports (``SLURM_CONF``, ``SlurmdSpoolDir``), at the same paths on the node.
+  ``delete``. A loop that dies is started again by the agent (it looks every few seconds, one
+  ssh step per host), since no slurmd of the operator's runs a wrapper of ours. Its Slurm
+  configuration and the node's spool are the ones ``scontrol show config`` reports
+  (``SLURM_CONF``, ``SlurmdSpoolDir``), at the same paths on the node.
 * ``recovery.spare_script: FILE``: run over ssh on a spare before it joins a partition in a
   failed node's place. A spare it fails on (or whose host does not answer) is left out of the
   partition and becomes a ticket; the failed node is dealt with as without a spare.
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
+from hyperscope.cluster import ssh_ctld
 from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.ssh import _START_TIME, Hosts, settings, stop_command, with_env
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc
@@ -51,12 +55,17 @@ def loop_argv(spec: ClusterSpec, state: ClusterState, node: str, config: dict[st
     ]  # fmt: skip
 
 
-def start_health_loops(spec: ClusterSpec, state: ClusterState, config: dict[str, str]) -> list[str]:
-    """A loop per node on its host, recorded in ``state.procs``; what failed, one line per host
-    (a host that does not answer ssh gets no loop; adopting goes on)."""
+def start_health_loops(
+    spec: ClusterSpec, state: ClusterState, config: dict[str, str], only: Collection[str] | None = None
+) -> list[str]:
+    """A loop per node (or per node named in ``only``) on its host, recorded in ``state.procs``;
+    what failed, one line per host (a host that does not answer ssh gets no loop; adopting goes
+    on)."""
     hosts, root, problems = Hosts(settings(state)), remote_root(state), []
     conf = config.get("SLURM_CONF", "") or str(spec.slurm_conf)
     for node in state.nodes:
+        if only is not None and node.name not in only:
+            continue
         if not node.host:
             problems.append(f"{node.name}: Slurm reports no NodeAddr; no health loop")
             continue
@@ -71,6 +80,14 @@ def start_health_loops(spec: ClusterSpec, state: ClusterState, config: dict[str,
             continue
         state.procs.append(Proc(HEALTH, int(pid), int(start), node.name, node.host))
     return problems
+
+
+def dead_loops(state: ClusterState) -> list[Proc]:
+    """The recorded loops no longer running on their hosts (one ssh step per host; a host that
+    does not answer is left for the next look): the agent starts them again
+    (:mod:`hyperscope.recovery.supervise`), as slurmd's HealthCheckProgram does on ssh nodes."""
+    mine = [p for p in state.procs if p.role == HEALTH and p.host]
+    return ssh_ctld.gone(Hosts(settings(state)), mine) if mine else []
 
 
 def _start(root: str, log: str, command: str) -> str:

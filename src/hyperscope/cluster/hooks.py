@@ -1,7 +1,10 @@
-"""What a local cluster needs for resilience beyond plain Slurm: the ``--auto-resume`` SPANK plugin
-(PlugStackConfig) and ``hyperscope health --drain`` as Slurm's HealthCheckProgram, and its quick
-form as the Prolog (run on every node of a job before its first step: a node that fails it is
-drained and the job goes elsewhere instead of starting on a sick node).
+"""What a cluster's nodes need for resilience beyond plain Slurm (the builders serve every
+provider: :func:`install` is the local provider's, ``ssh_health``/``ssh_hooks`` put the same
+files on an ssh cluster's hosts, ``adopted_hooks`` on an adopted cluster's shared directory):
+the ``--auto-resume`` SPANK plugin (PlugStackConfig) and ``hyperscope health --drain`` as
+Slurm's HealthCheckProgram, and its quick form as the Prolog (run on every node of a job before
+its first step: a node that fails it is drained and the job goes elsewhere instead of starting
+on a sick node); the TaskProlog that gives plain-``sbatch`` jobs heartbeats and checkpoints.
 
 Slurm runs the HealthCheckProgram with nothing but ``SLURMD_NODENAME`` in its environment
 (notes/local-slurm.md, pitfall 16), so it is a generated wrapper that knows the cluster: its
@@ -12,6 +15,7 @@ file (``<cluster dir>/faults/<node>.json``, the seam to rehearse a GPU fault on 
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -30,6 +34,18 @@ def faults_dir(state: ClusterState) -> Path:
 
 
 def auto_resume_log(state: ClusterState) -> Path:
+    """The plugin's decisions, one line each, and its one-requeue-per-attempt markers beside them:
+    a folder every node of the cluster shares. A local cluster's own folder; on hosts (ssh), the
+    shared directory, in a folder of this cluster's creation (a re-created cluster's job 1 is not
+    an old job 1), removed by ``delete``; an adopted cluster's (``cluster hooks``) too."""
+    if state.provider != "local":
+        return (
+            Path(state.shared_dir)
+            / "hyperscope"
+            / "auto-resume"
+            / f"{state.name}-{int(state.created)}"
+            / "auto-resume.log"
+        )
     return Path(state.dir) / "log" / "auto-resume.log"
 
 
@@ -191,32 +207,61 @@ exit 0
 """
 
 
+def write_scripts(spec: ClusterSpec, state: ClusterState, etc: Path, *, python: str, remote: bool) -> None:
+    """The wrapper (HealthCheckProgram and Prolog) and the TaskProlog into ``etc``: the folder that
+    is, or is copied to, ``etc`` of the cluster's folder on every node (any provider)."""
+    for name, text in (
+        (WRAPPER, healthcheck_wrapper(spec, state, python, remote=remote)),
+        (TASK_PROLOG, task_prolog(state)),
+    ):
+        (etc / name).write_text(text)
+        (etc / name).chmod(0o755)
+
+
+def conf_lines(spec: ClusterSpec, at: str) -> list[str]:
+    """slurm.conf's lines for the scripts of :func:`write_scripts`, found in ``at`` on every node."""
+    return [
+        f"HealthCheckProgram={at}/{WRAPPER}",
+        f"HealthCheckInterval={keeper_interval(spec)}",  # the wrapper: it starts a loop that is gone
+        "HealthCheckNodeState=ANY",
+        f"Prolog={at}/{WRAPPER}",
+        f"TaskProlog={at}/{TASK_PROLOG}",
+    ]
+
+
+def plugin_line(
+    state: ClusterState, etc: Path, *, at: str, log: str, scontrol: str, copy: bool
+) -> str | None:
+    """Build the ``--auto-resume`` plugin here (cached in the cluster's ``lib``) and write
+    plugstack.conf into ``etc``; ``copy``: the plugin goes into ``etc`` too, to travel with it (to
+    every host). The PlugStackConfig line naming plugstack.conf in ``at``, or None with a note that
+    ``describe`` shows (no libslurm-dev or gcc here: a cluster without ``--auto-resume``, never a
+    failed create)."""
+    try:
+        built = spank.build(Path(state.dir) / "lib")
+    except spank.SpankBuildError as exc:
+        note = f"srun --auto-resume is not available: {exc}"
+        if note not in state.notes:
+            state.notes.append(note)
+        return None
+    plugin = f"{at}/{built.name}" if copy else str(built)
+    if copy:
+        shutil.copyfile(built, etc / built.name)
+    (etc / "plugstack.conf").write_text(
+        f"required {plugin} scontrol={scontrol} conf={state.slurm_conf} log={log}\n"
+    )
+    return f"PlugStackConfig={at}/plugstack.conf"
+
+
 def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
-    """Write the wrapper and plugstack.conf, build the plugin; the slurm.conf lines that use them.
-    A machine without libslurm-dev or gcc gets a cluster without ``--auto-resume`` and a note that
-    ``describe`` shows, never a failed create."""
+    """The local provider's: write the wrapper and plugstack.conf, build the plugin; the
+    slurm.conf lines that use them (every node is on this machine, so every path is this one's)."""
     etc = Path(state.dir) / "etc"
     faults_dir(state).mkdir(parents=True, exist_ok=True)
-    wrapper = etc / WRAPPER
-    wrapper.write_text(healthcheck_wrapper(spec, state))
-    wrapper.chmod(0o755)
-    prolog = etc / TASK_PROLOG
-    prolog.write_text(task_prolog(state))
-    prolog.chmod(0o755)
-    lines = [
-        f"HealthCheckProgram={wrapper}",
-        f"HealthCheckInterval={keeper_interval(spec)}",
-        "HealthCheckNodeState=ANY",
-        f"Prolog={wrapper}",
-        f"TaskProlog={prolog}",
-    ]
-    try:
-        plugin = spank.build(Path(state.dir) / "lib")
-    except spank.SpankBuildError as exc:
-        state.notes.append(f"srun --auto-resume is not available: {exc}")
-        return lines
-    plugstack = etc / "plugstack.conf"
-    plugstack.write_text(
-        spank.plugstack_line(plugin, slurm_conf=Path(state.slurm_conf), log=auto_resume_log(state))
+    write_scripts(spec, state, etc, python=sys.executable, remote=False)
+    lines = conf_lines(spec, str(etc))
+    scontrol = shutil.which("scontrol") or "scontrol"
+    plug = plugin_line(
+        state, etc, at=str(etc), log=str(auto_resume_log(state)), scontrol=scontrol, copy=False
     )
-    return [*lines, f"PlugStackConfig={plugstack}"]
+    return [*lines, plug] if plug else lines

@@ -29,7 +29,7 @@ from hyperscope.cluster.state import (
     list_states,
 )
 from hyperscope.errors import HyperscopeError
-from hyperscope.recovery import calm
+from hyperscope.recovery import calm, keeper
 from hyperscope.store.catalog import Job as CatalogJob
 from hyperscope.store.catalog import JobStatus
 from hyperscope.store.store import Store
@@ -144,6 +144,7 @@ def _running(state: ClusterState) -> bool:
 
 def describe(name: str, home: Path) -> Description:
     state = load(name, home)
+    keeper.revive(home, name, "`hyperscope cluster describe`")
     running = _running(state)
     version = ""
     if running:
@@ -186,6 +187,7 @@ def _health(node: Node | None, has_slurmd: bool, running: bool) -> str:
 
 def list_nodes(name: str, home: Path) -> list[NodeRow]:
     state = load(name, home)
+    keeper.revive(home, name, "`hyperscope cluster list-nodes`")
     running = _running(state)
     live: dict[str, Node] = {}
     if running:
@@ -298,6 +300,7 @@ def submit(name: str, home: Path, sbatch_args: list[str]) -> Submitted:
     state = load(name, home)
     if state.status != "InService":
         raise ClusterError(f"cluster {name!r} is {state.status}, not InService; nothing submitted")
+    keeper.revive(home, name, "`hyperscope cluster submit`")
     slurm = _slurm(state)
     reserved = jobs.reserve(state, jobs.submit_name(state.name, sbatch_args))
     env = {

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health
+from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health, ssh_hooks
 from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, SshSettings
@@ -83,8 +83,11 @@ def ssh_argv(s: SshSettings, host: str, command: str) -> list[str]:
     """The OpenSSH command line for one remote step: batch mode (never a password prompt), one
     multiplexed connection per host (a cluster's create runs dozens of steps), the spec's options."""
     argv = ["ssh", "-p", str(s.port)]
-    for option in ("BatchMode=yes", "ConnectTimeout=10", "LogLevel=ERROR", "ControlMaster=auto",
-                   "ControlPath=/tmp/hs-ssh-%C", "ControlPersist=60"):  # fmt: skip
+    # ServerAlive*: a host whose link is gone ends its connection (status 255) within ~15 s, so
+    # a step fails over (``runner``) instead of hanging on the multiplexed connection
+    for option in ("BatchMode=yes", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "LogLevel=ERROR",
+                   "ControlMaster=auto", "ControlPath=/tmp/hs-ssh-%C", "ControlPersist=60",
+                   "ServerAliveInterval=5", "ServerAliveCountMax=3"):  # fmt: skip
         argv += ["-o", option]
     if s.identity_file is not None:
         argv += ["-i", str(s.identity_file)]
@@ -119,6 +122,12 @@ def stop_command(procs: Sequence[Proc], *, root: str | None = None, keep: Sequen
         keep_ids = " ".join(str(p.pid) for p in keep)
         script += f"KEEP='{keep_ids}'\nstop $(strays {shlex.quote(f'{MARKER}={root}')} {conf_line})\n"
     return f"bash -c {shlex.quote(script)}"
+
+
+#: host -> until when Slurm's commands try it after the other controller hosts (ssh said 255)
+_AWAY: dict[str, float] = {}
+AWAY_S = 30.0
+CONNECT_TIMEOUT_S = 10
 
 
 class Hosts:
@@ -161,16 +170,24 @@ class Hosts:
 
         def run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
             remote = with_env({k: env[k] for k in FORWARDED if k in env}, argv)
-            for h in (host, *fallback):
-                done = subprocess.run(
-                    ssh_argv(self.settings, h, remote),
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    check=False,
-                )
+            now = time.monotonic()
+            # a host found unreachable lately is tried last (each try of it costs a ConnectTimeout)
+            for h in sorted((host, *fallback), key=lambda h: _AWAY.get(h, 0.0) > now):
+                try:  # the command's own time, plus ssh's ConnectTimeout to reach the host
+                    done = subprocess.run(
+                        ssh_argv(self.settings, h, remote),
+                        capture_output=True,
+                        text=True,
+                        timeout=timeout + CONNECT_TIMEOUT_S,
+                        check=False,
+                    )
+                except subprocess.TimeoutExpired:  # not tried elsewhere: it may have run there
+                    _AWAY[h] = time.monotonic() + AWAY_S
+                    raise
                 if done.returncode != 255:
+                    _AWAY.pop(h, None)
                     break
+                _AWAY[h] = time.monotonic() + AWAY_S
             return subprocess.CompletedProcess(list(argv), done.returncode, done.stdout, done.stderr)
 
         return run
@@ -216,7 +233,9 @@ def ssh_controllers(state: ClusterState) -> list[str]:
 
 
 def _bundle(state: ClusterState, lifecycle: Path, key: bytes) -> bytes:
-    """The files every host needs, as one tar: etc/, the lifecycle folder, the munge key."""
+    """The files every host needs, as one tar: etc/ (slurm.conf, the health wrapper and Prolog, the
+    TaskProlog, the ``--auto-resume`` plugin: ssh_health, ssh_hooks), the lifecycle folder, the
+    munge key."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for f in sorted((Path(state.dir) / "etc").iterdir()):
@@ -301,7 +320,7 @@ class SshProvider:
             conf.slurm_conf(
                 spec, state, root=Path(root), hostnames={n.name: names[n.host] for n in state.nodes}
             )
-            + "\n".join(ssh_health.install(spec, state))
+            + "\n".join([*ssh_health.install(spec, state), *ssh_hooks.install(state, hosts, names)])
             + "\n"
         )
         gres = conf.gres_conf(spec, state, real=True)
@@ -422,6 +441,7 @@ class SshProvider:
         each(lambda h: f"rm -rf {shlex.quote(state.run_dir)}")
         if state.backup_host:  # the controllers' saved state, on the shared directory (here too)
             shutil.rmtree(conf.shared_state_dir(state), ignore_errors=True)
+        ssh_hooks.remove_log(state)  # --auto-resume's decisions, on the shared directory
         for h in every:
             hosts.close(h)
         state.procs = [p for p in state.procs if p.host in failed]

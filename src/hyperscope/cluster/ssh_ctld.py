@@ -66,17 +66,23 @@ class Runner(Protocol):
 def dead(hosts: Runner, state: ClusterState) -> list[Proc]:
     """The controller hosts' recorded daemons that are gone; a host that does not answer ssh keeps
     its daemons counted as alive (nothing can be restarted there; the backup, if any, serves)."""
+    mine = [p for p in state.procs if p.role in ROLES]
+    out = gone(hosts, [p for h in controller_hosts(state) for p in mine if p.host == h])
+    return sorted(out, key=lambda p: p.role != "munged")  # munged first: slurmctld needs it
+
+
+def gone(hosts: Runner, procs: list[Proc]) -> list[Proc]:
+    """Those of ``procs`` no longer running on their hosts (one ssh step per host); a host that
+    does not answer keeps its processes counted as alive."""
     out: list[Proc] = []
-    for host in controller_hosts(state):
-        mine = [p for p in state.procs if p.host == host and p.role in ROLES]
-        if not mine:
-            continue
+    for host in dict.fromkeys(p.host for p in procs):
+        mine = [p for p in procs if p.host == host]
         try:
             running = {int(x) for x in hosts.run(host, alive_command(mine), timeout=20).split()}
         except ClusterError:
             continue
         out += [p for p in mine if p.pid not in running]
-    return sorted(out, key=lambda p: p.role != "munged")  # munged first: slurmctld needs it
+    return out
 
 
 def start(hosts: Runner, state: ClusterState, host: str, role: str, argv: list[str], log: str) -> Proc:

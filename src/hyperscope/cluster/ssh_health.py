@@ -10,9 +10,12 @@ agent watchdog (the agent runs on the machine that created the cluster). The loo
 Python the spec names (``ssh.python``: hyperscope installed on every host), by default this
 machine's own interpreter path, for hosts that mount the same software.
 
-Not installed: the Prolog check before every job, the TaskProlog and ``--auto-resume``'s
-plugin (they are the local provider's); a folder of the user's checks is read at its path on
-each host.
+The same wrapper is the Prolog (the quick checks before every job on each of its nodes: a
+node that fails them is drained before the job runs there), and beside it is the TaskProlog
+(:func:`hooks.task_prolog`: heartbeats and a checkpoint folder on the shared directory, which
+every host and this machine mount at the same path, so the agent here reads the heartbeats that
+jobs write on the hosts). ``--auto-resume``'s plugin is :mod:`ssh_hooks`'. A folder of the user's
+checks is read at its path on each host.
 """
 
 from __future__ import annotations
@@ -31,16 +34,11 @@ def python(state: ClusterState) -> str:
 
 
 def install(spec: ClusterSpec, state: ClusterState) -> list[str]:
-    """Write the hosts' wrapper beside slurm.conf (here, in the folder copied to every host);
-    the slurm.conf lines that run it."""
-    wrapper = Path(state.dir) / "etc" / hooks.WRAPPER
-    wrapper.write_text(hooks.healthcheck_wrapper(spec, state, python(state), remote=True))
-    wrapper.chmod(0o755)
-    return [
-        f"HealthCheckProgram={remote_wrapper(state)}",
-        f"HealthCheckInterval={hooks.keeper_interval(spec)}",
-        "HealthCheckNodeState=ANY",
-    ]
+    """Write the hosts' wrapper and TaskProlog beside slurm.conf (here, in the folder copied to
+    every host); the slurm.conf lines that run them there."""
+    etc = Path(state.dir) / "etc"
+    hooks.write_scripts(spec, state, etc, python=python(state), remote=True)
+    return hooks.conf_lines(spec, f"{state.run_dir}/etc")
 
 
 def remote_wrapper(state: ClusterState) -> str:

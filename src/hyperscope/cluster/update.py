@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hyperscope.cluster import conf, hooks
-from hyperscope.cluster.local import BACKUP, LocalProvider, free_ports, spec_digest
+from hyperscope.cluster.local import BACKUP, LocalProvider, free_ports
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import ClusterSpec, load_spec
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Progress, clusters_dir, stop
@@ -30,9 +30,9 @@ from hyperscope.cluster.updating import (
     Updating,
     busy_nodes,
     drain,
+    finish,
     in_batches,
     wait_drained,
-    wait_until,
 )
 from hyperscope.errors import HyperscopeError
 
@@ -55,6 +55,19 @@ class UpdatePlan:
         return "; ".join(parts) or "nothing to change"
 
 
+#: why a backup controller is not added, moved or removed by an update: the controllers' state
+#: would move (the cluster's folder or the shared one) while both daemons run with jobs in it
+_BACKUP_REFUSED = (
+    "slurm.backup_controller: a backup controller is added, moved or removed only when the cluster "
+    "is made (`hyperscope cluster create --replace -f SPEC` re-creates it and stops its jobs); "
+    "a live cluster keeps the controllers it was created with"
+)
+
+
+def _backup(spec: ClusterSpec) -> tuple[bool, str]:
+    return (spec.slurm.backup_controller, spec.slurm.backup_host)
+
+
 def _index(node: str) -> int:
     return int(node.rsplit("-", 1)[1])
 
@@ -70,14 +83,17 @@ def plan_update(
     ctl = [g for g in new.groups if g.role == "controller"]
     if not ctl or ctl[0].node_names()[0] != state.controller:
         refused.append(f"instance_groups: the controller group must stay as it is ({state.controller})")
-    if new.slurm.partition != state.partition or bool(new.slurm.backup_controller) != bool(
-        state.backup_controller
-    ):
+    backup = _backup(new)
+    if (backup != _backup(old)) if old is not None else (backup[0] != bool(state.backup_controller)):
+        refused.append(_BACKUP_REFUSED)
+    if new.slurm.partition != state.partition:
         refused.append("slurm: Slurm's settings cannot change on a live cluster")
     if str(new.shared_dir) != state.shared_dir:
         refused.append(f"shared_dir: the jobs' shared folder stays {state.shared_dir}")
     if old is not None:
-        if old.slurm != new.slurm:
+        if replace(old.slurm, backup_controller=False, backup_host="") != replace(
+            new.slurm, backup_controller=False, backup_host=""
+        ):
             refused.append("slurm: Slurm's settings cannot change on a live cluster")
         before = {g.name: g for g in old.groups}
         for g in new.groups:
@@ -197,17 +213,7 @@ def _update_local(
                         if mine.slurm:
                             provider.start_slurmd(state, mine, save=False)
                         mine.status, mine.since = "Running", time.time()
-        wanted = {n for n in added if up.state.node(n).slurm} | set(plan.promote)
-        wait_until(
-            "the new nodes to be idle",
-            lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
-            60,
-        )
-        for name in added:
-            say(name, "idle")
-        with up.edit() as state:
-            conf.keep_spec(spec, state)
-            state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
+        finish(up, slurm, spec, say, added, plan.promote)
     return plan
 
 

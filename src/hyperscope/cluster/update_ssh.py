@@ -5,12 +5,14 @@ done on the node's host through the ssh provider's commands.
 ssh, ``update``: the same plan as data; a new node is made on a host its group lists that no node
 of the cluster uses yet (or the group's one host); a new host gets the cluster's files from the
 controller's host, as a replaced host does; slurm.conf is written for the new node list and pushed
-to every host; slurmctld is restarted on its host without ``-c`` (running jobs go on) and the
-slurmds are told with ``scontrol reconfigure``; then each new node's lifecycle script runs over
-ssh and its slurmd starts. Nodes that go are drained, their jobs finish, and they are stopped on
-their hosts. ssh, ``update-software``: the spec's lifecycle folder is pushed to every host, then
-the nodes a few at a time are drained, updated over ssh (on_update.sh, else on_create.sh with
-``HYPERSCOPE_UPDATE=1``), their slurmd restarted and resumed.
+to every host (the backup controller's too); slurmctld is restarted on its host without ``-c``
+(running jobs go on; with a backup controller, the backup is stopped first and started again on the
+new list once the primary answers) and the slurmds are told with ``scontrol reconfigure``; then
+each new node's lifecycle script runs over ssh and its slurmd starts. Nodes that go are drained,
+their jobs finish, and they are stopped on their hosts. ssh, ``update-software``: the spec's
+lifecycle folder is pushed to every host, then the nodes a few at a time are drained, updated over
+ssh (on_update.sh, else on_create.sh with ``HYPERSCOPE_UPDATE=1``), their slurmd restarted and
+resumed.
 
 existing: the nodes are the operator's, so ``update-software`` drains a few at a time and runs the
 spec's ``recovery.update_command`` for each (as the agent runs ``reboot_command``: here, the node
@@ -25,8 +27,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health
-from hyperscope.cluster.local import spec_digest
+from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health, ssh_hooks
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, load_spec
 from hyperscope.cluster.ssh import Hosts, run_on_create, settings, slurm_for, start_command, stop_command
@@ -47,6 +48,7 @@ from hyperscope.cluster.updating import (
     Updating,
     busy_nodes,
     drain,
+    finish,
     in_batches,
     wait_drained,
     wait_until,
@@ -116,22 +118,7 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
                 )  # fmt: skip
             _push_conf(spec, state, hosts, {placed[n] for n in added})
         up.act_on([*plan.promote, *added, state.controller])
-        ctld = state.node(state.controller)
-        say(ctld.name, f"restarting slurmctld on {ctld.host} with the new node list (running jobs go on)")
-        with up.edit() as state:
-            old = [p for p in state.procs if p.role == "slurmctld"]
-            hosts.run(ctld.host, stop_command(old))
-            argv = ["slurmctld", "-D", "-f", state.slurm_conf]
-            pid, start = hosts.run(ctld.host, start_command(root, "slurmctld.out", argv)).split()
-            state.procs = [p for p in state.procs if p not in old]
-            state.procs.append(Proc("slurmctld", int(pid), int(start), "", ctld.host))
-        wait_until(f"slurmctld on {ctld.host} to answer", lambda: _pings(slurm), 60)
-        if state.backup_host:  # the backup reads the new node list at its start too
-            with up.edit() as state:
-                was = [p for p in state.procs if p.role == BACKUP_CTLD]
-                hosts.run(state.backup_host, stop_command(was))
-                state.procs = [p for p in state.procs if p not in was]
-                ssh_ctld.start_backup(hosts, state, munged=False)
+        _restart_controllers(up, hosts, slurm, say)
         slurm.run("scontrol", "reconfigure", check=False)
         up.act_on([*plan.promote, *added])
         gpus = {g.name: g.gpus_per_node for g in spec.groups}
@@ -148,18 +135,48 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
             with up.edit() as state:
                 state.procs += procs
                 state.node(name).status = "Running"
-        wanted = {n for n in added if up.state.node(n).slurm} | set(plan.promote)
+        finish(up, slurm, spec, say, added, plan.promote)
+    return plan
+
+
+def _restart_controllers(up: Updating, hosts: Hosts, slurm: Slurm, say: Progress) -> None:
+    """slurmctld (and the backup, with ``slurm.backup_controller``) on the new node list, running
+    jobs kept (no ``-c``: both read the saved state on the shared folder). The backup is stopped
+    first, so it cannot take control on the old list while the primary restarts, and is started
+    again once the primary answers (it then stands by on the new list)."""
+    state = up.state
+    ctld = state.node(state.controller)
+    if state.backup_host:
+        say(ctld.name, f"stopping the backup slurmctld on {state.backup_host} (started again below)")
+        with up.edit() as state:
+            was = [p for p in state.procs if p.role == BACKUP_CTLD]
+            hosts.run(state.backup_host, stop_command(was))
+            state.procs = [p for p in state.procs if p not in was]
+    say(ctld.name, f"restarting slurmctld on {ctld.host} with the new node list (running jobs go on)")
+    with up.edit() as state:
+        old = [p for p in state.procs if p.role == "slurmctld"]
+        hosts.run(ctld.host, stop_command(old))
+        argv = ["slurmctld", "-D", "-f", state.slurm_conf]
+        pid, start = hosts.run(ctld.host, start_command(state.run_dir, "slurmctld.out", argv)).split()
+        state.procs = [p for p in state.procs if p not in old]
+        state.procs.append(Proc("slurmctld", int(pid), int(start), "", ctld.host))
+    wait_until(f"slurmctld on {ctld.host} to answer", lambda: _pings(slurm), 60)
+    if state.backup_host:
+        say(ctld.name, f"starting the backup slurmctld on {state.backup_host} with the new node list")
+        with up.edit() as state:
+            ssh_ctld.start_backup(hosts, state, munged=False)
         wait_until(
-            "the new nodes to be idle",
-            lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
+            f"the backup slurmctld on {state.backup_host} to answer",
+            lambda: set(_controllers(slurm).values()) == {"UP"},
             60,
         )
-        for name in added:
-            say(name, "idle")
-        with up.edit() as state:
-            conf.keep_spec(spec, state)
-            state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
-    return plan
+
+
+def _controllers(slurm: Slurm) -> dict[str, str]:
+    try:
+        return slurm.controllers()
+    except SlurmError:
+        return {}
 
 
 def _pings(slurm: Slurm) -> bool:
@@ -180,7 +197,8 @@ def _push_conf(spec: ClusterSpec, state: ClusterState, hosts: Hosts, new: set[st
     etc = Path(state.dir) / "etc"
     etc.joinpath("slurm.conf").write_text(
         conf.slurm_conf(spec, state, root=Path(root), hostnames={n.name: names[n.host] for n in state.nodes})
-        + "\n".join(ssh_health.install(spec, state))  # the nodes' health loops (ssh_health)
+        # the nodes' health loops, Prolog and TaskProlog (ssh_health), --auto-resume (ssh_hooks)
+        + "\n".join([*ssh_health.install(spec, state), *ssh_hooks.install(state, hosts, names)])
         + "\n"
     )
     gres = conf.gres_conf(spec, state, real=True)
@@ -194,7 +212,8 @@ def _push_conf(spec: ClusterSpec, state: ClusterState, hosts: Hosts, new: set[st
     q = shlex.quote(root)
     for host in names:
         spools = " ".join(shlex.quote(f"{root}/spool/{n.name}") for n in state.nodes if n.host == host)
-        hosts.run(host, f"mkdir -p {spools} && tar -C {q} -xf -", stdin=bundle.getvalue())
+        # the backup controller's host may have no node (so no spool): the root alone then
+        hosts.run(host, f"mkdir -p {q} {spools} && tar -C {q} -xf -", stdin=bundle.getvalue())
 
 
 def _push_lifecycle(state: ClusterState, hosts: Hosts, lifecycle: Path) -> None:

@@ -14,8 +14,10 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 
-from hyperscope.cluster import jobs, nodeops
+from hyperscope.cluster import conf, jobs, nodeops
+from hyperscope.cluster.local import spec_digest
 from hyperscope.cluster.slurm import Slurm
+from hyperscope.cluster.spec import ClusterSpec
 from hyperscope.cluster.state import (
     ClusterError,
     ClusterState,
@@ -193,6 +195,25 @@ def in_batches(
             done.append(n)
     up.act_on([])
     return done
+
+
+def finish(
+    up: Updating, slurm: Slurm, spec: ClusterSpec, say: Progress, added: list[str], promoted: Iterable[str]
+) -> None:
+    """The end of a grown update, on every provider: wait for the new Slurm nodes (and the spares
+    moved into the partition) to be idle, then keep ``spec`` as the cluster's spec (what the next
+    update is compared with)."""
+    wanted = {n for n in added if up.state.node(n).slurm} | set(promoted)
+    wait_until(
+        "the new nodes to be idle",
+        lambda: wanted <= {x.name for x in slurm.nodes() if x.state == "IDLE" and not x.flags},
+        60,
+    )
+    for name in added:
+        say(name, "idle")
+    with up.edit() as state:
+        conf.keep_spec(spec, state)
+        state.spec_path, state.spec_digest = str(spec.source or ""), spec_digest(spec)
 
 
 def wait_drained(slurm: Slurm, nodes: list[str], timeout: float, then: str) -> None:

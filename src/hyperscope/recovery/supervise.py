@@ -12,18 +12,21 @@
   controller answers (slurm.conf names both), ``scontrol ping`` is read at the same pace, and a
   controller found DOWN is logged once; it is restarted only through the spec's
   ``recovery.restart_controller_command`` (the controller's name as ``$1``, its address as
-  ``$2``), never otherwise.
+  ``$2``), never otherwise. The health loops the spec opted in to (``recovery.health_loops``)
+  are hyperscope's own: one that died is started again on its host at the same look.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyperscope.cluster import ssh_ctld
 from hyperscope.cluster.operate import run_hook
 from hyperscope.cluster.slurm import SlurmError
+from hyperscope.cluster.spec import load_spec
 from hyperscope.cluster.state import (
     ClusterError,
     ClusterState,
@@ -33,6 +36,7 @@ from hyperscope.cluster.state import (
     cluster_lock,
     updating_now,
 )
+from hyperscope.errors import HyperscopeError
 from hyperscope.recovery import keeper
 from hyperscope.recovery.decide import Action, Kind, decide_daemons
 
@@ -56,7 +60,7 @@ def supervise(agent: Agent, state: ClusterState) -> list[Action]:
     agent.ctld_checked = now
     keeper.ensure(agent.home, state)  # the agent's own keeper (it, in turn, restarts this agent)
     if state.provider == "existing":
-        return _adopted(agent, state)
+        return _loops(agent, state) + _adopted(agent, state)
     from hyperscope.cluster.ssh import Hosts, settings  # the ssh provider's only
 
     hosts = Hosts(settings(state))
@@ -121,6 +125,38 @@ def _wait_up(agent: Agent, state: ClusterState) -> None:
         if time.monotonic() > deadline:
             raise ClusterError(f"started again, but `scontrol ping` says {up or 'nothing'}")
         time.sleep(0.5)
+
+
+def _loops(agent: Agent, state: ClusterState) -> list[Action]:
+    """An adopted cluster's health loops (``recovery.health_loops``) that died, started again on
+    their hosts (no slurmd of the operator's runs a wrapper of ours that would): one action."""
+    from hyperscope.cluster import existing_ops  # the existing provider's only
+
+    if not any(p.role == existing_ops.HEALTH for p in state.procs):
+        return []
+    dead = existing_ops.dead_loops(state)
+    if not dead:
+        return []
+    why = ", ".join(f"the health loop of {p.node} (pid {p.pid} on {p.host}) is gone" for p in dead)
+    action = Action(Kind.RESTART, tuple(p.node for p in dead), f"{why}: started again")
+    base: dict[str, Any] = {"kind": action.kind.value, "nodes": list(action.nodes), "job": None,
+                            "hosts": sorted({p.host for p in dead})}  # fmt: skip
+    agent.log({**base, "phase": "decided", "reason": action.reason})
+    t0 = agent.clock()
+    keys = {(p.host, p.pid, p.start) for p in dead}
+    try:
+        spec = load_spec(Path(state.spec_path))
+        config = agent._ops(state).slurm().config()
+        with agent._update() as fresh:
+            fresh.procs = [p for p in fresh.procs if (p.host, p.pid, p.start) not in keys]
+            problems = existing_ops.start_health_loops(spec, fresh, config, only=set(action.nodes))
+        if problems:
+            raise ClusterError("; ".join(problems))
+    except (HyperscopeError, SlurmError, OSError) as exc:
+        agent.log({**base, "phase": "failed", "error": str(exc), "seconds": round(agent.clock() - t0, 3)})
+        return [action]
+    agent.log({**base, "phase": "done", "seconds": round(agent.clock() - t0, 3)})
+    return [action]
 
 
 def _adopted(agent: Agent, state: ClusterState) -> list[Action]:

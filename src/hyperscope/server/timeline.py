@@ -247,18 +247,24 @@ def router(
             int, Query(ge=TIME_MIN, le=TIME_MAX, description="window end, epoch ns (exclusive)")
         ],
         width: Annotated[int, Query(ge=1, le=MAX_WIDTH, description="pixels across the window")],
+        snap: Annotated[
+            bool,
+            Query(description="widen the window to the overview's cells where it has them (header says)"),
+        ] = False,
     ) -> Response:
         """Events at least a pixel wide as they are, the others merged per column, instants as
-        marks (binary payload)."""
+        marks (binary payload); with ``snap``, of the window ``timeline.snap`` widens it to."""
         row_ids = [r for r in rows.split(",") if r]
         if not 1 <= len(row_ids) <= MAX_ROWS:
             raise UsageError(f"rows: expected 1 to {MAX_ROWS} comma-separated row ids, got {len(row_ids)}")
         check_window(t0_ns, t1_ns)
         sample_ids = [r for r in row_ids if is_sample_row(r)]
         event_ids = [r for r in row_ids if not is_sample_row(r)]
+        t0, t1, w = t0_ns, t1_ns, width
 
         def work(index: tl.Index, con: duckdb.DuckDBPyConnection) -> tuple[bytes, bool]:
             """The payload, and whether it is gzip-compressed."""
+            t0_ns, t1_ns, width = tl.snap(index, t0, t1, w) if snap else (t0, t1, w)
             if event_ids:
                 t = tl.tile(index, event_ids, t0_ns, t1_ns, width)
             else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hyperscope.timeline.index import Index, build, load, span
 from hyperscope.timeline.links import EventNotFound, event, flows, links, search
 from hyperscope.timeline.rows import Row, sample_tile, steps, tree
-from hyperscope.timeline.tile import Tile, decode, encode, tile
+from hyperscope.timeline.tile import Tile, decode, encode, snap, tile
 
 __all__ = [
     "EventNotFound",
@@ -26,6 +26,7 @@ __all__ = [
     "load",
     "sample_tile",
     "search",
+    "snap",
     "span",
     "steps",
     "tile",

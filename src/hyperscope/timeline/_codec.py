@@ -25,11 +25,11 @@ import numpy.typing as npt
 BLOCK: Final = 1 << 16
 ZSTD_LEVEL: Final = 9
 #: columns coded as differences of consecutive entries (they grow within a row's level)
-DELTA: Final = frozenset({"ts", "cum", "pts", "m_ts", "src", "m_src"})
+DELTA: Final = frozenset({"ts", "cum", "pts", "m_ts", "src", "m_src", "ov_s", "ov_c"})
 #: columns sorted within the ranges the tiles search: their blocks' first values are kept apart
 SORTED: Final = frozenset({"ts", "m_ts"})
 #: columns kept unshuffled (see the module docstring)
-FLAT: Final = frozenset({"ts", "cum", "pts"})
+FLAT: Final = frozenset({"ts", "cum", "pts", "ov_s", "ov_c"})
 _WIDTHS: Final = (np.uint8, np.uint16, np.uint32, np.uint64)
 
 

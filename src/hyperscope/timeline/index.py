@@ -63,6 +63,8 @@ from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
 from hyperscope.store.profile import Profile
 from hyperscope.timeline import _blocks
+from hyperscope.timeline import overview as _overview
+from hyperscope.timeline._durations import Durations as Durations
 
 log = logging.getLogger("hyperscope.timeline")
 
@@ -140,49 +142,6 @@ class RowInfo:
         return len(self.depth_starts) - 1
 
 
-class Durations:
-    """The events' durations, read from ``cum`` (``cum[i + 1] - cum[i]``) as an int64 array would
-    be: ``dur[i]``, ``dur[lo:hi]``, ``dur[indices]``, ``dur[mask]``, and ``np.asarray(dur)`` (which
-    reads them all)."""
-
-    __slots__ = ("_cum",)
-
-    def __init__(self, cum: Ints) -> None:
-        self._cum = cum
-
-    def __len__(self) -> int:
-        return len(self._cum) - 1
-
-    @property
-    def dtype(self) -> np.dtype[np.int64]:
-        return np.dtype(np.int64)
-
-    def __getitem__(self, key: Any) -> Any:
-        n = len(self)
-        if isinstance(key, slice):
-            start, stop, step = key.indices(n)
-            if step == 1:
-                c = np.asarray(self._cum[start : max(stop, start) + 1], dtype=np.int64)
-                return c[1:] - c[:-1]
-            key = np.arange(start, stop, step)
-        if isinstance(key, int | np.integer):
-            i = int(key) + n if key < 0 else int(key)
-            if not 0 <= i < n:
-                raise IndexError(f"index {key} is out of bounds for {n} durations")
-            return np.int64(self._cum[i + 1] - self._cum[i])
-        idx = np.asarray(key)
-        if idx.dtype == np.bool_:
-            idx = np.flatnonzero(idx)
-        idx = idx.astype(np.int64, copy=False)
-        idx = np.where(idx < 0, idx + n, idx)
-        return np.asarray(self._cum[idx + 1], dtype=np.int64) - np.asarray(self._cum[idx], dtype=np.int64)
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> I64:
-        c = np.asarray(self._cum, dtype=np.int64)
-        out = c[1:] - c[:-1]
-        return out if dtype is None else out.astype(dtype)
-
-
 @dataclass(frozen=True)
 class Index:
     """The arrays and rows of one profile's timeline index (see the module docstring)."""
@@ -207,6 +166,8 @@ class Index:
     m_src: Column
     #: ``rows.steps`` as a stored index keeps it (None: computed from the columns)
     stored_steps: tuple[dict[str, Any], ...] | None = None
+    #: what wide tiles draw, kept with a stored index (``overview``; None: read from the columns)
+    overview: _overview.Overview | None = None
 
     @functools.cached_property
     def by_id(self) -> dict[str, RowInfo]:
@@ -391,6 +352,7 @@ def pack(where: Path) -> None:
     meta["steps"] = step_windows(
         rows, cols["kind"], cols["name"], cols["ts"], cols["cum"], tuple(meta["names"])
     )
+    meta["overview"] = _overview.write(where, cols["ts"], cols["cum"], rows)
     del cols
     for c in COLUMNS:
         (where / f"{c}.npy").unlink()
@@ -434,9 +396,18 @@ def _read(where: Path) -> Index | None:
             arrays["pts"] = _starts_by_class(arrays["ts"], arrays["perm"], rows)
         steps = meta.get("steps")
         stored_steps = None if steps is None else tuple(dict(s) for s in steps)
+        overview = _overview.read(where, meta.get("overview"))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
-    return Index(rows=rows, names=names, parts=parts, offsets=offsets, stored_steps=stored_steps, **arrays)
+    return Index(
+        rows=rows,
+        names=names,
+        parts=parts,
+        offsets=offsets,
+        stored_steps=stored_steps,
+        overview=overview,
+        **arrays,
+    )
 
 
 def _row_info(r: dict[str, Any]) -> RowInfo:

@@ -24,7 +24,9 @@ import numpy.typing as npt
 
 from hyperscope.errors import UsageError
 from hyperscope.timeline._blocks import searchsorted
-from hyperscope.timeline.index import CLASSES, KINDS, Column, Index, RowInfo
+from hyperscope.timeline.index import CLASSES, KINDS, Index, RowInfo
+from hyperscope.timeline.overview import aligned, covered_at
+from hyperscope.timeline.overview import snap as _snap
 
 I64 = npt.NDArray[np.int64]
 
@@ -82,6 +84,12 @@ class Tile:
     MARK_COLUMNS: ClassVar[tuple[str, ...]] = ("m_row", "m_ts", "m_count", "m_name", "m_id")
     #: the payload's columns, in this order
     COLUMNS: ClassVar[tuple[str, ...]] = (*EVENT_COLUMNS, *BIN_COLUMNS, *SAMPLE_COLUMNS, *MARK_COLUMNS)
+
+
+def snap(index: Index, t0: int, t1: int, width: int) -> tuple[int, int, int]:
+    """The window to ask instead of ``[t0, t1)`` at ``width``: one that covers it with columns of
+    the index's overview cells where it keeps such cells (``overview.snap``), else the same."""
+    return _snap(index.overview, t0, t1, width, MAX_WIDTH)
 
 
 def boundaries(t0: int, t1: int, width: int) -> I64:
@@ -196,18 +204,6 @@ def _end_of(index: Index, i: int) -> int:
     return int(index.ts[i]) + int(c[1]) - int(c[0])
 
 
-def _covered_at(ts: Column, cum: Column, lo: int, hi: int, x: I64) -> I64:
-    """``_covered`` of the index's events ``[lo, hi)`` (one depth of one row), read through the
-    columns themselves: for stored blocks, only those where ``x`` falls are decoded."""
-    j = searchsorted(ts, lo, hi, x, side="right")
-    k = np.maximum(j - 1, lo)
-    both = np.asarray(cum[np.concatenate([k, k + 1])], dtype=np.int64)  # one read, not two
-    c0 = both[: len(k)]
-    dur = both[len(k) :] - c0
-    gap = x - np.asarray(ts[k], dtype=np.int64)
-    return np.where(j > lo, c0 + np.minimum(gap, dur), np.int64(cum[lo]))
-
-
 def _covered(ts: npt.NDArray[Any], cum: npt.NDArray[Any], x: I64) -> I64:
     """Time covered by non-overlapping events (sorted by start) before each instant of ``x``, plus
     ``cum[0]``; ``cum`` (one longer than ``ts``) holds their summed durations (``cum[i + 1] -
@@ -255,6 +251,8 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
     cand, cand_row = cand[by_row], cand_row[by_row]
     row_cuts = np.searchsorted(cand_row, np.arange(len(infos) + 1))
     cand_depth = np.asarray(index.depth[cand], dtype=np.int64)
+    overview = index.overview
+    level = None if overview is None else aligned(t0, t1, width)
     for r, info in enumerate(infos):
         idx = cand[row_cuts[r] : row_cuts[r + 1]]
         ev_parts.append(idx)
@@ -264,12 +262,21 @@ def tile(index: Index, row_ids: list[str], t0: int, t1: int, width: int) -> Tile
             lo, hi = info.depth_starts[d], info.depth_starts[d + 1]
             if lo == hi:
                 continue
-            a, b = searchsorted(index.ts, lo, hi, edges[[0, -1]], side="left").tolist()
-            if a == b and (a == lo or _end_of(index, a - 1) <= t0):
-                continue  # nothing of this depth in the window
-            starts = searchsorted(index.ts, lo, hi, edges, side="left")
+            kept = (
+                None
+                if level is None or overview is None
+                else overview.at(info.id, d, level, t0 >> level, width)
+            )
+            if kept is not None:  # cells of the overview: no event decoded
+                starts, covered = kept
+            else:
+                a, b = searchsorted(index.ts, lo, hi, edges[[0, -1]], side="left").tolist()
+                if a == b and (a == lo or _end_of(index, a - 1) <= t0):
+                    continue  # nothing of this depth in the window
+                starts = searchsorted(index.ts, lo, hi, edges, side="left")
+                covered = covered_at(index.ts, index.cum, lo, hi, edges)
             count = np.diff(starts)
-            busy = np.diff(_covered_at(index.ts, index.cum, lo, hi, edges))
+            busy = np.diff(covered)
             w = idx[wide_depth == d]
             if len(w):
                 w_ts, w_dur = index.ts[w], index.dur[w]

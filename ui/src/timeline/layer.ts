@@ -2,100 +2,14 @@
 // frame while the view pans: a pan frame costs one drawImage whatever the number of events. The
 // drawing itself is split into slices of a few milliseconds (a frame keeps showing the previous
 // layer meanwhile), and everything per event that does not depend on the view (colours, the
-// order by colour and by busyness, which names match the search) is computed once per tile.
-import type { Tile } from "./data";
+// order by colour and by busyness, which names match the search) is computed once per tile
+// (prepared.ts).
 import { FULL_LANES, laneHeight, laneOf, laneTop, type Layout, MARK_H, scaleTop } from "./geometry";
-import { BUSY_LEVELS, BUSY_PIXELS, nameColor } from "./colors";
+import { BUSY_LEVELS, BUSY_PIXELS } from "./colors";
 
-/** A tile with what drawing needs, computed when it arrives. */
-export interface Prepared {
-  tile: Tile;
-  colNs: number; // ns per merged column
-  palette: string[]; // one colour per (name, kind)
-  evColor: Uint32Array; // palette index per event
-  evOrder: Uint32Array; // events by colour: one fillStyle per colour
-  /** merged columns in runs: neighbouring columns of one row and level with the same busyness
-   * level (whole runs of a busy stream: one rectangle) */
-  runRow: Uint16Array;
-  runDepth: Uint16Array;
-  runCol: Uint32Array; // first column
-  runCols: Uint32Array; // columns (pixel columns of the tile)
-  runLevel: Uint8Array;
-  markColor: Uint32Array; // palette index per mark
-  markOrder: Uint32Array;
-  lowerNames: string[] | null; // for the search, once
-}
+import { matches, type Prepared } from "./prepared";
 
-/** Indices 0..n-1 ordered by `key` (a counting sort: keys are small integers). */
-function orderBy(key: ArrayLike<number>, keys: number): Uint32Array {
-  const start = new Uint32Array(keys + 1);
-  for (let i = 0; i < key.length; i++) start[key[i]! + 1]! += 1;
-  for (let k = 0; k < keys; k++) start[k + 1]! += start[k]!;
-  const out = new Uint32Array(key.length);
-  for (let i = 0; i < key.length; i++) out[start[key[i]!]!++] = i;
-  return out;
-}
-
-export function prepare(tile: Tile): Prepared {
-  const palette: string[] = [];
-  const seen = new Map<number, number>();
-  const colorOf = (name: number, kind: string, kindIndex: number): number => {
-    const key = name * 256 + kindIndex;
-    let c = seen.get(key);
-    if (c === undefined) {
-      c = palette.length;
-      palette.push(nameColor(tile.names[name]!, kind));
-      seen.set(key, c);
-    }
-    return c;
-  };
-  const evColor = new Uint32Array(tile.ts.length);
-  for (let i = 0; i < evColor.length; i++) evColor[i] = colorOf(tile.name[i]!, tile.kinds[tile.kind[i]!]!, tile.kind[i]!);
-  const markColor = new Uint32Array(tile.mTs.length);
-  for (let i = 0; i < markColor.length; i++) markColor[i] = colorOf(tile.mName[i]!, "instant", 255);
-  const colNs = ((tile.t1 - tile.t0) / tile.width) * tile.binSpan;
-  const n = tile.binCol.length;
-  const runRow = new Uint16Array(n);
-  const runDepth = new Uint16Array(n);
-  const runCol = new Uint32Array(n);
-  const runCols = new Uint32Array(n);
-  const runLevel = new Uint8Array(n);
-  let r = -1;
-  for (let i = 0; i < n; i++) {
-    const level = Math.min(BUSY_LEVELS - 1, Math.floor(Math.min(1, tile.binBusy[i]! / colNs) * BUSY_LEVELS));
-    const [row, depth, c] = [tile.binRow[i]!, tile.binDepth[i]!, tile.binCol[i]!];
-    if (r >= 0 && runRow[r] === row && runDepth[r] === depth && runLevel[r] === level && runCol[r]! + runCols[r]! === c) {
-      runCols[r]! += tile.binSpan;
-      continue;
-    }
-    r += 1;
-    [runRow[r], runDepth[r], runCol[r], runCols[r], runLevel[r]] = [row, depth, c, tile.binSpan, level];
-  }
-  const runs = r + 1;
-  return {
-    tile,
-    colNs,
-    palette,
-    evColor,
-    evOrder: orderBy(evColor, palette.length),
-    runRow: runRow.subarray(0, runs),
-    runDepth: runDepth.subarray(0, runs),
-    runCol: runCol.subarray(0, runs),
-    runCols: runCols.subarray(0, runs),
-    runLevel: runLevel.subarray(0, runs),
-    markColor,
-    markOrder: orderBy(markColor, palette.length),
-    lowerNames: null,
-  };
-}
-
-/** Which names hold the search text (any case); null without a search. */
-export function matches(p: Prepared, search: string): Uint8Array | null {
-  if (search === "") return null;
-  p.lowerNames ??= p.tile.names.map((n) => n.toLowerCase());
-  const needle = search.toLowerCase();
-  return Uint8Array.from(p.lowerNames, (n) => (n.includes(needle) ? 1 : 0));
-}
+export { matches, prepare, type Prepared } from "./prepared";
 
 /** What a layer is drawn for, besides the part of time and rows it covers. */
 export interface LayerKey {
@@ -122,7 +36,7 @@ const roundUp = (n: number): number => Math.ceil(n / 256) * 256;
 /** The pixels of merged columns, reused from layer to layer (cleared, not reallocated). */
 let scratch: ImageData | null = null;
 
-const SLICE = 256; // items between two looks at the clock
+const SLICE = 64; // items between two looks at the clock (64 labels: well under a millisecond)
 export const SLICE_MS = 4; // a new layer: at most this much drawing per frame (its raster costs about as much again)
 
 /** One tile drawn offscreen over a part of time and rows, in slices. */
@@ -161,11 +75,14 @@ export class Layer {
     this.h = Math.min(Math.ceil(1.5 * rowsH) + 4, Math.floor(8192 / key.dpr));
     this.cw = Math.max(1, Math.ceil(this.w * key.dpr));
     this.ch = Math.max(1, Math.ceil(this.h * key.dpr));
-    const fits = (c: OffscreenCanvas): boolean => c.width >= this.cw && c.height >= this.ch && c.width < this.cw + 512 && c.height < this.ch + 512;
-    this.canvas = spare && fits(spare) ? spare : new OffscreenCanvas(roundUp(this.cw), roundUp(this.ch));
+    // a spare at least this large is reused whatever its size (only its top-left cw × ch is drawn,
+    // cleared and copied); else a new one at least as large as the spare, so that sizes settle
+    // at the largest layer and no frame of a zoom pays for a fresh 10 MB canvas
+    const fits = (c: OffscreenCanvas): boolean => c.width >= this.cw && c.height >= this.ch;
+    this.canvas = spare && fits(spare) ? spare : new OffscreenCanvas(roundUp(Math.max(this.cw, spare?.width ?? 0)), roundUp(Math.max(this.ch, spare?.height ?? 0)));
     this.ctx = this.canvas.getContext("2d") as OffscreenCanvasRenderingContext2D;
     this.ctx.setTransform(1, 0, 0, 1, 0, 0);
-    if (this.canvas === spare) this.ctx.clearRect(0, 0, spare.width, spare.height);
+    if (this.canvas === spare) this.ctx.clearRect(0, 0, this.cw, this.ch);
     this.ctx.globalAlpha = 1; // a recycled context keeps what an unfinished layer left
     this.ctx.lineWidth = 1;
     this.ctx.scale(key.dpr, key.dpr);
@@ -239,37 +156,50 @@ export class Layer {
   }
 
   /** merged columns: height and colour from the fraction of the column busy (its level), written
-   * as pixels (thousands of one-pixel rectangles cost more to a canvas than to an array) */
-  private bins(): number {
+   * as pixels (thousands of one-pixel rectangles cost more to a canvas than to an array), one row
+   * at a time: each row's band is put on its own, so a layer of many busy rows is spread over
+   * frames like the events are (`this.at`: the next row of the tile) */
+  private bins(until: number): number {
     const p = this.key.prepared;
+    if (p.runRow.length === 0) return 0;
+    if (p.runRow.length < FEW_RUNS) return this.binRects();
+    const rows = this.rowOf.length;
+    for (const start = this.at; this.at < rows; this.at++) {
+      if (this.at > start && performance.now() > until) return -1;
+      this.binRow(this.at);
+    }
+    return 0;
+  }
+
+  /** the merged columns of the tile's row `k` put as pixels: the band of device rows of the row
+   * (its lanes end 7 px above its bottom: neighbouring bands never hold each other's pixels) */
+  private binRow(k: number): void {
+    const r = this.rowOf[k];
+    const p = this.key.prepared;
+    const [first, end] = [p.rowRuns[k]!, p.rowRuns[k + 1]!];
+    if (!r || end === first) return;
     const t = p.tile;
-    const n = p.runRow.length;
-    if (n === 0) return 0;
-    if (n < FEW_RUNS) return this.binRects();
     const dpr = this.key.dpr;
+    const H = this.ch;
+    const lo = Math.max(0, Math.floor((r.y - this.yTop) * dpr));
+    const hi = Math.min(H, Math.ceil((r.y - this.yTop + r.h) * dpr));
+    if (hi <= lo) return;
     const colT = (t.t1 - t.t0) / t.width;
     const pxPerCol = colT / this.key.nsPerPx;
-    const W = this.canvas.width;
-    const H = this.ch;
-    // the rows holding merged columns: the band of the layer to write
-    let lo = H;
-    let hi = 0;
-    for (const r of this.rowOf) {
-      if (!r) continue;
-      lo = Math.min(lo, Math.max(0, Math.floor((r.y - this.yTop) * dpr)));
-      hi = Math.max(hi, Math.min(H, Math.ceil((r.y - this.yTop + r.h) * dpr)));
+    if (!scratch || scratch.width < this.cw || scratch.height < hi - lo) {
+      scratch = new ImageData(roundUp(Math.max(this.cw, scratch?.width ?? 0)), roundUp(Math.max(hi - lo, scratch?.height ?? 0)));
     }
-    if (hi <= lo) return 0;
-    if (!scratch || scratch.width !== W || scratch.height < hi - lo) scratch = new ImageData(W, roundUp(hi - lo));
-    const img = scratch;
-    const px = new Uint32Array(img.data.buffer);
+    const W = scratch.width;
+    const px = new Uint32Array(scratch.data.buffer);
     px.fill(0, 0, W * (hi - lo));
-    for (let i = 0; i < n; i++) {
-      const r = this.rowOf[p.runRow[i]!];
-      if (!r) continue;
+    let drawn = false;
+    for (let j = first; j < end; j++) {
+      const i = p.runsByRow[j]!;
       const x = this.x(t.t0 + p.runCol[i]! * colT);
+      const right = Math.round((x + p.runCols[i]! * pxPerCol) * dpr);
+      if (right <= 0) continue; // left of the layer
       const x0 = Math.max(0, Math.round(x * dpr));
-      const x1 = Math.min(this.cw, Math.max(x0 + 1, Math.round((x + p.runCols[i]! * pxPerCol) * dpr)));
+      const x1 = Math.min(this.cw, Math.max(x0 + 1, right));
       if (x1 <= x0) continue;
       const lane = laneOf(r, p.runDepth[i]!);
       const lh = laneHeight(lane);
@@ -279,11 +209,14 @@ export class Layer {
       const y0 = Math.max(lo, Math.round((bottom - hh) * dpr));
       const y1 = Math.min(hi, Math.round(bottom * dpr));
       const color = BUSY_PIXELS[level]!;
-      for (let y = y0; y < y1; y++) px.fill(color, (y - lo) * W + x0, (y - lo) * W + x1);
+      drawn ||= y1 > y0;
+      // most runs are a pixel or two wide: stores, not a fill() call per pixel row
+      if (x1 - x0 <= 8) for (let y = y0; y < y1; y++) for (let o = (y - lo) * W, xx = x0; xx < x1; xx++) px[o + xx] = color;
+      else for (let y = y0; y < y1; y++) px.fill(color, (y - lo) * W + x0, (y - lo) * W + x1);
     }
-    this.ctx.putImageData(img, 0, lo, 0, 0, this.cw, hi - lo);
-    return 0;
+    if (drawn) this.ctx.putImageData(scratch, 0, lo, 0, 0, this.cw, hi - lo);
   }
+
 
   /** a few runs of merged columns (a busy stream at a wide view): rectangles */
   private binRects(): number {

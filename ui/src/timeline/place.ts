@@ -1,8 +1,8 @@
 // Where an event of a tile, an instant mark or an arrow's end is on the canvas, and what is under the
 // pointer: the same lane geometry (geometry.ts) as the drawing, so a click always finds what is drawn.
 import type { Tile } from "./data";
-import type { Arrow, Rect } from "./draw";
-import { GROUP_H, type Layout, laneAt, laneHeight, laneOf, laneTop, MARK_H, RULER } from "./geometry";
+import { type Arrow, fmtDuration, type Rect } from "./draw";
+import { GROUP_H, GUTTER, type Layout, laneAt, laneHeight, laneOf, laneTop, MARK_H, RULER } from "./geometry";
 import { shownRow } from "./layout";
 
 /** What a frame maps: time to x (canvas px) and the rows by id. */
@@ -99,4 +99,31 @@ export function arrowsFor(f: Frame, shown: Map<string, Layout>, parentOf: Map<st
     out.push({ x0: pa.x, y0: pa.y, x1: pb.x, y1: pb.y, dashed: pa.hidden || pb.hidden });
   }
   return out;
+}
+
+/** What is under the pointer: its row, and the tile's event or instant mark there (-1: none). */
+export interface Hit {
+  row: Layout;
+  event: number;
+  mark: number;
+}
+
+/** The row at canvas (x, y) of a frame scrolled to `f.scrollY`, and the event or mark under it. */
+export function hitAt(f: Frame, layout: Layout[], t: Tile | null, x: number, y: number): Hit | null {
+  const yy = y - RULER + f.scrollY;
+  const row = layout.find((r) => yy >= r.y && yy < r.y + r.h);
+  if (!row) return null;
+  if (!t || x < GUTTER) return { row, event: -1, mark: -1 };
+  const mark = markAt(f, t, row, x, yy - row.y);
+  return { row, event: mark < 0 && row.type === "events" ? eventAt(f, t, row, x, yy - row.y) : -1, mark };
+}
+
+/** The canvas's tooltip for what is under the pointer: the name and duration, or the instants. */
+export function hoverTitle(found: Hit | null, t: Tile | null): string {
+  if (found && t && found.mark >= 0) {
+    const n = t.mCount[found.mark]!;
+    return `${t.names[t.mName[found.mark]!]} · instant${n > 1 ? ` (${n.toLocaleString()} under this mark)` : ""}`;
+  }
+  if (found && t && found.event >= 0) return `${t.names[t.name[found.event]!]} · ${fmtDuration(t.dur[found.event]!)}`;
+  return "";
 }

@@ -1,5 +1,6 @@
 // The timeline page (#/timeline/<profile id>): a canvas of collapsible rows fed by server tiles,
-// with a step list, search, details and connections, and launch → kernel arrows.
+// with a step list, search, details and connections, and launch → kernel arrows. Here: the tiles,
+// the frames and the input; the selection and search are select.ts's, the elements toolbar.ts's.
 // State lives in `state` and is exposed as window.__hyperscope.timeline for tests.
 import { h } from "../dom";
 import { showError } from "../errors";
@@ -7,62 +8,23 @@ import { hooks } from "../hooks";
 import { onLoadedChange } from "../loaded";
 import * as api from "./data";
 import type { TlEventRef, TlRow } from "./data";
-import { drawFrame, type DrawState, fmtDuration, type Rect, scaleLabels, xOf } from "./draw";
+import { drawFrame, type DrawState, type Rect, scaleLabels, xOf } from "./draw";
 import { GUTTER, laneHeight, laneTop, type Layout, RULER } from "./geometry";
 import { installInput } from "./input";
 import { type LayerKey, type Need, prepare, type Prepared } from "./layer";
 import { Painter, visibleEvents } from "./painter";
 import { buildLayout, firstLook, parents, rowsInView } from "./layout";
-import { renderDetails } from "./panel";
-import { arrowsFor, type End, eventAt, eventRect, type Frame, markAt, markRect } from "./place";
-import { state } from "./state";
-import { exportShown, linkedView, saveLink } from "./link";
+import { arrowsFor, type End, eventRect, type Frame, type Hit, hitAt, hoverTitle, markRect } from "./place";
+import { rel, state } from "./state";
+import { selection } from "./select";
+import { saveLink } from "./link";
+import { timelineDom } from "./toolbar";
 import { rangeSelection } from "./range";
-import { COLL_COLOR, collectiveMarks, COLLECTIVES_SHOWN, collectivesShown, isCollective, LAST_COLOR, renderCollective } from "./collective";
+import { COLL_COLOR, collectiveMarks, COLLECTIVES_SHOWN, collectivesShown, LAST_COLOR } from "./collective";
 
 export function timelinePage(): { root: HTMLElement; setActive(on: boolean): void; load(id: string): void } {
-  const canvas = h("canvas", { id: "tl-canvas", tabindex: 0 });
-  const stepSelect = h("select", { id: "tl-steps" }, h("option", { value: "" }, "zoom to step…"));
-  const searchBox = h("input", { id: "tl-search", type: "search", placeholder: "search names (Enter: next)" });
-  const searchInfo = h("span", { id: "tl-search-info", class: "muted" });
-  const status = h("span", { id: "tl-status", class: "muted" });
-  /** the status line, cut to the toolbar's one line: the whole text on hover */
-  const setStatus = (text: string): void => {
-    status.textContent = text;
-    status.title = text;
-  };
-  const arrowsBox = h("input", { id: "tl-all-arrows", type: "checkbox" });
-  const collBox = h("input", { id: "tl-all-collectives", type: "checkbox" });
-  const details = h("div", { id: "tl-details", class: "tl-details" }, h("p", { class: "muted" }, "Click an event."));
-  const wrap = h("div", { class: "tl-canvas-wrap" }, canvas);
-  const body = h("div", { class: "tl-body" }, wrap, details);
-  const placeholder = h(
-    "div",
-    { class: "placeholder", id: "tl-placeholder" },
-    h("p", {}, "No profile loaded."),
-    h("p", {}, h("a", { href: "#/jobs" }, "Open the Jobs page"), " and load a job to see its timeline."),
-  );
-  const root = h(
-    "section",
-    { id: "timeline", class: "page tl-page", hidden: true },
-    h(
-      "div",
-      { class: "toolbar" },
-      stepSelect,
-      searchBox,
-      h("button", { id: "tl-prev", type: "button", onclick: () => jumpMatch(-1) }, "◀"),
-      h("button", { id: "tl-next", type: "button", onclick: () => jumpMatch(1) }, "▶"),
-      searchInfo,
-      h("label", { class: "field" }, arrowsBox, "all arrows"),
-      h("label", { class: "field", title: `Every collective with a kernel in view (the first ${COLLECTIVES_SHOWN}): arrows from each rank's kernel to the last rank's, which is outlined` }, collBox, "all collectives"),
-      h("button", { id: "tl-fit", type: "button", onclick: () => fit() }, "Fit (F)"),
-      h("button", { id: "tl-export", type: "button", class: "secondary", title: "Download the window shown (the whole profile when all of it is shown) as Chrome-trace JSON: one rank's file, or a ZIP of one file per rank", onclick: () => exportShown() }, "Export"),
-      h("span", { class: "muted tl-keys" }, "W/S zoom · A/D pan · wheel zoom · drag pan · shift+wheel scroll · Esc deselect"),
-      status,
-    ),
-    placeholder,
-    body,
-  );
+  const dom = timelineDom({ prev: () => pick.jumpMatch(-1), next: () => pick.jumpMatch(1), fit: () => fit() });
+  const { canvas, stepSelect, searchBox, searchInfo, status, setStatus, arrowsBox, collBox, details, wrap, body, placeholder, root } = dom;
   (hooks as unknown as { timeline: unknown }).timeline = {
     state,
     openAll: () => {
@@ -75,7 +37,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       redraw();
       refetch();
     },
-    select: (id: number) => void select(id),
+    select: (id: number) => void pick.select(id),
     toggle: (id: string, open?: boolean) => toggle(id, open),
     setView,
     rowY: (id: string) => {
@@ -89,6 +51,9 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     laneHeight,
     scales: () => Object.fromEntries(scales),
     sliceMs: (ms: number) => (painter.sliceMs = ms),
+    settleMs: (ms: number) => (painter.settleMs = ms),
+    /** runs of merged columns in the tile shown (from 2,000 on they are drawn as pixels, row by row) */
+    runs: () => prepared?.runRow.length ?? 0,
     /** whether the picture is final: the layer drawn for this very view, not a stretched preview */
     settled: () => prepared !== null && painter.shows(...layerNeed(prepared, window.devicePixelRatio || 1)),
   };
@@ -103,6 +68,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
   let scales = new Map<string, string>(); // sample rows: the top of their scale in the tile
   let parentOf = new Map<string, string>();
   let selIndex: [unknown, number | null, number] = [null, null, -1]; // tile, id → index in the tile
+  const pick = selection({ canvas, details, searchBox, searchInfo, relayout, redraw, refetch, setView });
 
   function leafIds(): string[] {
     return rowsInView(state.layout, state.scrollY, canvas.clientHeight || 1000);
@@ -155,7 +121,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     if (!prepared) return "none";
     const [key, view] = layerNeed(prepared, dpr);
     const kind = painter.paint(ctx, key, view, drawn);
-    if (kind === "slice") redraw(); // the rest at the next frame
+    if (kind === "slice" || kind === "preview") redraw(); // the rest (or the layer) at the next frame
     return kind;
   }
 
@@ -177,10 +143,6 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       ts_ns: String(d.fields.ts_ns), dur_ns: Number(d.fields.dur_ns ?? 0), depth: d.depth ?? 0,
       correlation: Number(d.fields.correlation ?? -1), rank: Number(d.fields.rank ?? 0),
     };  // prettier-ignore
-  }
-
-  function rel(ts: string): number {
-    return Number(BigInt(ts) - state.origin);
   }
 
   function draw(): void {
@@ -246,7 +208,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.tile = t;
       scales = scaleLabels(t, shown);
       const rows = ids.slice(0, 256);
-      state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width };
+      state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width: t.width }; // the window answered (snapped)
       state.tiles += 1;
       const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
       setStatus(`${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`);
@@ -318,160 +280,9 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     saveLink();
   }
 
-  /** Open every group on the way to a row (the row ids say where they sit only via the tree). */
-  function reveal(rowId: string): void {
-    const path: string[] = [];
-    const find = (row: TlRow): boolean => {
-      if (row.id === rowId) return true;
-      for (const c of row.children ?? []) if (find(c)) return path.push(row.id), true;
-      return false;
-    };
-    if (state.rows && find(state.rows.root)) {
-      for (const id of path) state.open.add(id);
-      relayout();
-      const r = state.layout.find((x) => x.id === rowId);
-      const visible = canvas.clientHeight - RULER;
-      if (r && (r.y < state.scrollY || r.y + r.h > state.scrollY + visible)) state.scrollY = Math.max(0, r.y - visible / 3);
-    }
-  }
-
-  /** Select an event (an instant mark: `instants`, how many its pixel column holds). */
-  async function select(id: number, jump = false, row?: string, instants = 0): Promise<void> {
-    if (!state.profile) return;
-    try {
-      const got = await api.getEvent(state.profile, id, row);
-      state.selected = got;
-      state.collective = null;
-      state.selectedInstants = instants;
-    } catch (err) {
-      showError(err);
-      return;
-    }
-    const sel = state.selected;
-    if (jump && sel.row) {
-      reveal(sel.row);
-      const t = rel(String(sel.fields.ts_ns));
-      const dur = Math.max(Number(sel.fields.dur_ns ?? 0), 2000);
-      const span = Math.max(state.t1 - state.t0 > dur * 50 ? dur * 20 : state.t1 - state.t0, dur * 3);
-      setView(t + dur / 2 - span / 2, t + dur / 2 + span / 2);
-    }
-    showDetails("details");
-    redraw();
-    saveLink();
-    if (!isCollective(sel.fields.kind, sel.fields.name)) return;
-    // a collective's kernel: then the same collective on every rank (the selection stands without it)
-    try {
-      const coll = (await api.getCollective(state.profile, id, sel.row ?? row)).instance;
-      if (state.selected !== sel) return; // another event selected meanwhile
-      state.collective = coll;
-      showDetails(detailsTab);
-      redraw();
-    } catch (err) {
-      showError(err);
-    }
-  }
-
-  /** No selection: its outline, arrows and details go; Fit fits the profile again. */
-  function deselect(): void {
-    if (!state.selected) return;
-    state.selected = null;
-    state.collective = null;
-    state.selectedInstants = 0;
-    details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
-    redraw();
-    saveLink();
-  }
-
-  /** The view a link gives: its window, open rows and selection (the selection last: its row
-   * must be laid out to be outlined). */
-  function applyLink(id: string): void {
-    const v = linkedView(id);
-    if (v.open) {
-      state.open = v.open;
-      relayout();
-    }
-    if (v.window && (v.window[0] !== state.t0 || v.window[1] !== state.t1)) setView(v.window[0], v.window[1]);
-    const sel = v.select && v.select.id !== state.selected?.id ? v.select : null;
-    if (v.search && (v.search.q !== state.search || v.search.exact !== state.searchExact)) {
-      // a table's row: its occurrences, the first one selected, next/previous with ◀ ▶
-      searchBox.value = v.search.q;
-      void runSearch(v.search.exact, !v.select);
-    }
-    if (sel) void select(sel.id, false, sel.row);
-  }
-
-  let detailsTab: "details" | "connections" = "details";
-  function showDetails(tab: "details" | "connections"): void {
-    const d = state.selected;
-    if (!d) return;
-    detailsTab = tab;
-    renderDetails(details, d, tab, rel, showDetails, (l) => void select(l.id, true, l.row), state.selectedInstants);
-    const c = state.collective;
-    if (c) details.insertBefore(renderCollective(c, rel, (e) => void select(e.id, true, e.row), () => showEveryRank(c)), details.children[1] ?? null);
-  }
-
-  /** Opens the rows of a collective's kernel on every rank (the selected one kept in view). */
-  function showEveryRank(c: import("./data").TlCollective): void {
-    for (const e of c.events) reveal(e.row);
-    if (state.selected?.row) reveal(state.selected.row);
-    redraw();
-    refetch();
-    saveLink();
-  }
-
-  /** ``jump``: select the first match (a link that names its selection keeps that one). */
-  async function runSearch(exact = false, jump = true): Promise<void> {
-    const q = exact ? searchBox.value : searchBox.value.trim();
-    state.search = q;
-    state.searchExact = exact;
-    saveLink();
-    state.matches = [];
-    state.matchIndex = -1;
-    state.matchTotal = 0;
-    searchInfo.textContent = "";
-    redraw();
-    if (!q || !state.profile) return;
-    try {
-      const r = await api.getSearch(state.profile, q);
-      state.matches = r.matches;
-      state.matchTotal = r.total;
-      searchInfo.textContent = `${r.total.toLocaleString()} ${exact ? "occurrences" : "matches"}`;
-      if (jump) jumpMatch(1);
-    } catch (err) {
-      showError(err);
-    }
-  }
-
-  function jumpMatch(step: number): void {
-    if (state.matches.length === 0) return;
-    state.matchIndex = (state.matchIndex + step + state.matches.length) % state.matches.length;
-    const m = state.matches[state.matchIndex]!;
-    searchInfo.textContent = `${state.matchIndex + 1} of ${state.matchTotal.toLocaleString()}${state.searchExact ? " (this name)" : ""}`;
-    void select(m.id, true, m.row);
-  }
-
-  /** The row at canvas y, and the event or instant mark under (x, y) (tile indices, -1: none). */
-  function hit(x: number, y: number): { row: Layout; event: number; mark: number } | null {
-    const yy = y - RULER + state.scrollY;
-    const row = state.layout.find((r) => yy >= r.y && yy < r.y + r.h);
-    if (!row) return null;
-    const t = state.tile;
-    if (!t || x < GUTTER) return { row, event: -1, mark: -1 };
-    const f = frame();
-    const mark = markAt(f, t, row, x, yy - row.y);
-    return { row, event: mark < 0 && row.type === "events" ? eventAt(f, t, row, x, yy - row.y) : -1, mark };
-  }
-
+  const hit = (x: number, y: number): Hit | null => hitAt(frame(), state.layout, state.tile, x, y);
   function hover(x: number, y: number): void {
-    const found = hit(x, y);
-    const t = state.tile;
-    let title = "";
-    if (found && t && found.mark >= 0) {
-      const n = t.mCount[found.mark]!;
-      title = `${t.names[t.mName[found.mark]!]} · instant${n > 1 ? ` (${n.toLocaleString()} under this mark)` : ""}`;
-    } else if (found && t && found.event >= 0) {
-      title = `${t.names[t.name[found.event]!]} · ${fmtDuration(t.dur[found.event]!)}`;
-    }
+    const title = hoverTitle(hit(x, y), state.tile);
     if (canvas.title !== title) canvas.title = title;
   }
 
@@ -498,26 +309,21 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     fit,
     hover,
     clear: () => {
-      if (!ranges.clear()) deselect();
+      if (!ranges.clear()) pick.deselect();
     },
     click: (x: number, y: number) => {
       ranges.clear();
       const found = hit(x, y);
       const t = state.tile;
       if (!found) {
-        if (y > RULER) deselect(); // below every row: empty canvas
+        if (y > RULER) pick.deselect(); // below every row: empty canvas
         return;
       }
-      if (found.event < 0 && found.mark < 0 && found.row.type !== "group") deselect();
-      else if (t && found.mark >= 0) void select(t.mId[found.mark]!, false, t.rows[t.mRow[found.mark]!], t.mCount[found.mark]!);
+      if (found.event < 0 && found.mark < 0 && found.row.type !== "group") pick.deselect();
+      else if (t && found.mark >= 0) void pick.select(t.mId[found.mark]!, false, t.rows[t.mRow[found.mark]!], t.mCount[found.mark]!);
       else if (found.row.type === "group") toggle(found.row.id);
-      else if (t && found.event >= 0) void select(t.id[found.event]!, false, found.row.id);
+      else if (t && found.event >= 0) void pick.select(t.id[found.event]!, false, found.row.id);
     },
-  });
-  searchBox.addEventListener("keydown", (e) => {
-    if (e.key !== "Enter") return;
-    if ((state.searchExact ? searchBox.value : searchBox.value.trim()) === state.search && state.matches.length) jumpMatch(e.shiftKey ? -1 : 1);
-    else void runSearch();
   });
   stepSelect.addEventListener("change", () => {
     const name = stepSelect.value;
@@ -563,7 +369,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.matches = [];
     state.flows = [];
     relayout();
-    details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
+    pick.clearDetails();
     setStatus("");
     body.hidden = true;
     placeholder.hidden = false;
@@ -571,7 +377,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
 
   async function load(id: string): Promise<void> {
     if (state.profile === id) {
-      if (state.rows) applyLink(id); // a link of this profile pasted: its view
+      if (state.rows) pick.applyLink(id); // a link of this profile pasted: its view
       return;
     }
     state.profile = id;
@@ -585,7 +391,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
     state.collectives = [];
     state.range = state.rangeStats = null;
     state.open = new Set(["job"]);
-    details.replaceChildren(h("p", { class: "muted" }, "Click an event."));
+    pick.clearDetails();
     setStatus("loading rows…");
     try {
       let rows = await api.getRows(id);
@@ -610,7 +416,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       relayout();
       state.t0 = state.span[0];
       state.t1 = state.span[1];
-      applyLink(id);
+      pick.applyLink(id);
       redraw();
       void fetchTile(); // at once: the first paint waits for no debounce
       // thousands of steps make thousands of options: built while the first tile is on its way
