@@ -311,7 +311,9 @@ def main() -> None:
         )
         print(
             f"server RSS median: second fifth of the run {fifth[0] / 2**20:.0f} MB, last fifth "
-            f"{fifth[1] / 2**20:.0f} MB ({(fifth[1] - fifth[0]) / fifth[0]:+.1%})"
+            f"{fifth[1] / 2**20:.0f} MB ({(fifth[1] - fifth[0]) / fifth[0]:+.1%}); after warm-up "
+            f"{min(warm) / 2**20:.0f} to {peak_rss / 2**20:.0f} MB "
+            f"(median {statistics.median(warm) / 2**20:.0f})"
         )
         print(
             f"p99 of cached dashboards and tiles: {p99:.1f} ms (target ≤ {P99_TARGET_MS:g}); server RSS "
@@ -358,6 +360,11 @@ def main() -> None:
                 "rss_mb": {"warm": warm_rss / 2**20, "end": end_rss / 2**20, "peak": peak_rss / 2**20},
                 "rss_growth": growth,
                 "rss_median_mb": {"second_fifth": fifth[0] / 2**20, "last_fifth": fifth[1] / 2**20},
+                "rss_after_warm_up_mb": {
+                    "min": min(warm) / 2**20,
+                    "median": statistics.median(warm) / 2**20,
+                    "max": peak_rss / 2**20,
+                },
                 "rss_series_mb": [[round(s, 1), round(m / 2**20, 1)] for s, m in rss],
                 "server_alive": alive,
                 "server_cpu_s": server_cpu,

@@ -15,6 +15,7 @@ import pytest
 import hyperscope.server.limits as limits_module
 from hyperscope.schema.layout import profile_dir
 from hyperscope.server import create_app
+from hyperscope.server.analysis_db import AnalysisDatabase
 from hyperscope.server.limits import QueryLimits, QueryTimeout
 from hyperscope.store.profile import Profile
 from tests.server.conftest import Home, local
@@ -160,13 +161,13 @@ def test_a_lazy_run_opens_duckdb_only_when_asked(home: Home, monkeypatch: pytest
     one that is opened on first use is still interrupted at the time limit and closed."""
     profile = Profile.open(profile_dir(home.path, home.big))
     opened: list[object] = []
-    real = limits_module.connection
+    real = AnalysisDatabase.connection
 
-    def counting(source: Profile) -> object:
+    def counting(self: AnalysisDatabase, source: Profile) -> object:
         opened.append(source)
-        return real(source)
+        return real(self, source)
 
-    monkeypatch.setattr(limits_module, "connection", counting)
+    monkeypatch.setattr(AnalysisDatabase, "connection", counting)
     started = threading.Event()
 
     def wait(done: threading.Event, left_s: float, what: str) -> bool:

@@ -183,6 +183,7 @@ def create_app(
         if prewarm > 0:
             threading.Thread(target=warm, name="hyperscope-prewarm", daemon=True).start()
         yield
+        limits.database.close()  # and its spill directory (also at exit, for an app never started)
 
     app = FastAPI(
         lifespan=lifespan,

@@ -4,7 +4,7 @@ time limit and a row cap, so one heavy request cannot stall the server for every
 DuckDB can be interrupted from another thread (``con.interrupt()``), but only on the connection
 running the query: hence one connection per query, owned by its worker thread, and never shared.
 On timeout the request is answered at once (504) and the worker is interrupted; it closes its
-connection and removes its spill directory as it unwinds.
+connection as it unwinds. The connections are all of one database (server/analysis_db.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Final, Generic, TypeVar, cast
 import duckdb
 
 from hyperscope.analysis import Table
-from hyperscope.analysis._common import connection
+from hyperscope.server.analysis_db import AnalysisDatabase
 from hyperscope.store.profile import Profile
 
 T = TypeVar("T")
@@ -68,9 +68,9 @@ class _Slot(Generic[T]):
 class QueryLimits:
     """The server's limits on analyses: time, rows, and how many run at once.
 
-    Each analysis may take DuckDB's memory limit (1 GB below 20M events) and every core, so a
-    burst of requests (a user clicking through filters, several users) queues for one of
-    ``concurrent`` slots instead of multiplying the memory; the wait counts in the time limit.
+    The analyses together take DuckDB's memory limit (1 GB below 20M events) and its threads (one
+    per core), and a burst of requests (a user clicking through filters, several users) queues for
+    one of ``concurrent`` slots instead of multiplying the memory; the wait counts in the time limit.
     Work run ``lazy`` (timeline tiles, links, searches: answered from the memory-mapped index in
     milliseconds, DuckDB only for sample rows) has ``light`` slots of its own, so that a tile
     never waits behind two dashboards of seconds each (it waited up to 25 s in bench/soak.py).
@@ -78,7 +78,9 @@ class QueryLimits:
     the event loop directly): in bench/soak.py a tile cost ~4 ms of CPU but waited 375 ms at p50,
     most of it for the GIL at each of the six hand-overs between threads it took (event loop →
     request thread → a new query thread, its start-up handshake, and back), each one a wait behind
-    every other runnable thread; now it takes two.
+    every other runnable thread; now it takes two. Every connection is one of ``database``, the
+    server's one DuckDB database (server/analysis_db.py), so that the analyses share its threads
+    and memory limit instead of each starting a database of its own.
     """
 
     timeout_s: float = 30.0
@@ -88,6 +90,7 @@ class QueryLimits:
     #: the seam of the time limit's end (tests: a wait that ends when the work is where the test
     #: wants it, not after a fraction of a second that a loaded machine spends opening DuckDB)
     wait: WaitForWorker = field(default=wait_for_worker, repr=False, compare=False)
+    database: AnalysisDatabase = field(default_factory=AnalysisDatabase, repr=False, compare=False)
     _slots: threading.BoundedSemaphore = field(init=False, repr=False, compare=False)
     _pool: _Threads = field(init=False, repr=False, compare=False)
 
@@ -120,13 +123,15 @@ class QueryLimits:
         started = time.monotonic()
         slot: _Slot[T] = _Slot()
         if lazy:
-            self._pool.submit(_light_work, slot, lambda: (None, profile), lambda _, p, con: work(con))
+            self._pool.submit(
+                _light_work, slot, self.database, lambda: (None, profile), lambda _, p, con: work(con)
+            )
         else:
             if not self._slots.acquire(timeout=self.timeout_s):
                 raise self._waited(what, self.concurrent)
             threading.Thread(
                 target=_work,
-                args=(slot, profile, work, self._slots),
+                args=(slot, self.database, profile, work, self._slots),
                 name=f"hyperscope-query-{what}",
                 daemon=True,
             ).start()
@@ -146,7 +151,7 @@ class QueryLimits:
         then ``work(hit, profile, con)`` on one of the light threads while the event loop awaits
         it, within ``timeout_s`` (the wait for a free light thread included)."""
         slot: _Slot[T] = _Slot()
-        done = asyncio.wrap_future(self._pool.submit(_light_work, slot, opened, work))
+        done = asyncio.wrap_future(self._pool.submit(_light_work, slot, self.database, opened, work))
         try:
             await asyncio.wait_for(asyncio.shield(done), self.timeout_s)
         except TimeoutError:
@@ -256,6 +261,7 @@ def _interrupt(slot: _Slot[Any]) -> None:
 
 def _light_work(
     slot: _Slot[T],
+    database: AnalysisDatabase,
     opened: Callable[[], tuple[H, Profile]],
     work: Callable[[H, Profile, duckdb.DuckDBPyConnection], T],
 ) -> None:
@@ -267,7 +273,7 @@ def _light_work(
                 return
             slot.started = True
         hit, profile = opened()
-        with _LazyConnection(profile, slot) as con:
+        with _LazyConnection(database, profile, slot) as con:
             slot.result = work(hit, profile, cast(duckdb.DuckDBPyConnection, con))
     except BaseException as exc:  # handed to the waiting request, which re-raises it
         slot.error = exc
@@ -277,13 +283,14 @@ def _light_work(
 
 def _work(
     slot: _Slot[T],
+    database: AnalysisDatabase,
     profile: Profile,
     work: Callable[[duckdb.DuckDBPyConnection], T],
     slots: threading.BoundedSemaphore,
 ) -> None:
     try:
-        # The analyses' own connection settings: a memory limit and a private spill directory.
-        with connection(profile) as con:
+        # the server's database: its memory limit and spill directory are every analysis' together
+        with database.connection(profile) as con:
             with slot.lock:
                 if slot.cancelled:  # timed out before the connection even opened
                     return
@@ -304,7 +311,8 @@ class _LazyConnection:
     """A profile's analysis connection opened at the first attribute asked of it (and registered
     for interruption then); closed with the ``with`` block if it was ever opened."""
 
-    def __init__(self, profile: Profile, slot: _Slot[Any]) -> None:
+    def __init__(self, database: AnalysisDatabase, profile: Profile, slot: _Slot[Any]) -> None:
+        self._database = database
         self._profile = profile
         self._slot = slot
         self._stack = contextlib.ExitStack()
@@ -312,7 +320,7 @@ class _LazyConnection:
 
     def __getattr__(self, name: str) -> Any:
         if self._con is None:
-            con = self._stack.enter_context(connection(self._profile))
+            con = self._stack.enter_context(self._database.connection(self._profile))
             with self._slot.lock:
                 if self._slot.cancelled:
                     raise QueryTimeout("cancelled before the connection opened")

@@ -202,20 +202,25 @@ class Profile:
     def has_samples(self) -> bool:
         return any((self.path / SAMPLES_DIR).glob("*.parquet"))
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
-        """A DuckDB connection with views ``events`` and ``samples`` over this profile."""
-        con = duckdb.connect()
+    def connect(self, into: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with views ``events`` and ``samples`` over this profile.
+
+        ``into``: a connection of a database shared with other profiles (the server's), given the
+        views as temporary ones, seen by that connection only; else a database of its own.
+        """
+        con = duckdb.connect() if into is None else into
+        view = "CREATE VIEW" if into is None else "CREATE TEMP VIEW"
         con.execute("SET enable_progress_bar = false")
         if self.has_events:
-            con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{_sq(self.events_glob)}')")
+            con.execute(f"{view} events AS SELECT * FROM read_parquet('{_sq(self.events_glob)}')")
         else:  # a capture that has not flushed yet
-            con.execute(f"CREATE VIEW events AS {empty_events()}")
+            con.execute(f"{view} events AS {empty_events()}")
         if self.has_samples:
             glob = str(self.path / SAMPLES_DIR / "*.parquet")
-            con.execute(f"CREATE VIEW samples AS SELECT * FROM read_parquet('{_sq(glob)}')")
+            con.execute(f"{view} samples AS SELECT * FROM read_parquet('{_sq(glob)}')")
         else:
             con.execute(
-                "CREATE VIEW samples AS SELECT NULL::INTEGER AS rank, NULL::VARCHAR AS node, "
+                f"{view} samples AS SELECT NULL::INTEGER AS rank, NULL::VARCHAR AS node, "
                 "NULL::INTEGER AS device, NULL::VARCHAR AS metric, NULL::BIGINT AS ts_ns, "
                 "NULL::DOUBLE AS value WHERE false"
             )

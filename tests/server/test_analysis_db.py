@@ -1,0 +1,89 @@
+"""The server's one DuckDB database: each analysis on a connection of its own, its views its own."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from hyperscope.analysis import dashboard
+from hyperscope.schema.layout import profile_dir
+from hyperscope.server.analysis_db import AnalysisDatabase, parse_bytes
+from hyperscope.store.profile import Profile
+from tests.server.conftest import Home
+
+
+def _setting(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    return str(con.execute("SELECT current_setting(?)", [name]).fetchall()[0][0])
+
+
+def test_profiles_analysed_at_once_each_see_their_own_events(home: Home) -> None:
+    """Three profiles' connections open at once on one database (one spill folder, a global
+    setting of DuckDB's, for all): each ``events`` view is its own (temporary) one, and an
+    analysis gives what it gives on a database of its own."""
+    profiles = [Profile.open(profile_dir(home.path, pid)) for pid in (home.h200, home.multi, home.big)]
+    expected = {
+        p.path.name: p.connect().execute("SELECT count(*) FROM events").fetchall()[0][0] for p in profiles
+    }
+    assert len(set(expected.values())) == 3, "the test needs profiles of different sizes"
+    db = AnalysisDatabase()
+    seen: dict[str, int] = {}
+    spills: set[str] = set()
+    inside = threading.Barrier(3, timeout=60)
+
+    def count(profile: Profile) -> None:
+        with db.connection(profile) as con:
+            inside.wait()  # all three connections are open at once
+            seen[profile.path.name] = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+            spills.add(_setting(con, "temp_directory"))
+            inside.wait()
+
+    threads = [threading.Thread(target=count, args=(p,)) for p in profiles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert seen == expected
+    assert len(spills) == 1
+    multi = profiles[1]
+    with db.connection(multi) as con:
+        shared = dashboard(con)
+    assert {k: t.to_dict() for k, t in shared.items()} == {
+        k: t.to_dict() for k, t in dashboard(multi).items()
+    }
+    db.close()
+
+
+def test_the_limit_is_the_largest_asked_and_spill_goes_to_a_folder_removed_at_close(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory limit of every analysis together: the default of the largest profile analysed
+    so far (never lowered by a smaller one); spill in a temporary folder of the server's own
+    (never the store), removed when the database closes."""
+    import hyperscope.server.analysis_db as module
+
+    small = Profile.open(profile_dir(home.path, home.multi))
+    big = Profile.open(profile_dir(home.path, home.big))
+    monkeypatch.setattr(module, "memory_limit", lambda events: "2GB" if events == big.meta.events else "1GB")
+    db = AnalysisDatabase()
+    with db.connection(small) as con:
+        assert _setting(con, "memory_limit") == "953.6 MiB"  # DuckDB's 1GB: 10⁹ bytes
+        spill = Path(_setting(con, "temp_directory"))
+    assert spill.is_dir() and not spill.is_relative_to(home.path)
+    with db.connection(big) as con:
+        assert _setting(con, "memory_limit") == "1.8 GiB"
+    with db.connection(small) as con:
+        assert _setting(con, "memory_limit") == "1.8 GiB"
+    db.close()
+    assert not spill.exists()
+
+
+def test_sizes_are_read_as_duckdb_reads_them() -> None:
+    assert parse_bytes("512MB") == 512 * 10**6
+    assert parse_bytes(" 2 GiB ") == 2 << 30
+    assert parse_bytes("4096MB") == 4096 * 10**6
+    assert parse_bytes(str(1 << 30)) == 1 << 30
+    with pytest.raises(ValueError, match="expected a size such as 512MB"):
+        parse_bytes("lots")
