@@ -105,6 +105,8 @@ class Hosts:
             f"Port {self.port}\nListenAddress {addr}\nHostKey {d / 'host'}\n"
             f"AuthorizedKeysFile {d / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nUsePAM no\nStrictModes no\n"
+            # a session whose client vanished with a cut link ends, as on a tuned real host
+            "ClientAliveInterval 5\nClientAliveCountMax 2\n"
             f"PidFile {d / f'sshd.{i}.pid'}\n"
         )
         sshd = shutil.which("sshd", path="/usr/sbin:/usr/bin")

@@ -160,7 +160,7 @@ def test_with_the_primary_host_cut_off_jobs_go_through_the_backup_and_describe_a
     home = _home(state)
     old = _proc(state, "slurmctld")
     os.kill(old.pid, signal.SIGKILL)  # the namespaces share this machine's PIDs
-    link = f"v{hosts.tag}1b"
+    link = netns.IFNAME  # the host's one interface, inside its namespace
     netns._ip("link", "set", link, "down", ns=h1.ns)
     try:
         slurm = slurm_for(_now(state))
@@ -351,6 +351,13 @@ def test_update_of_a_cluster_with_a_backup_controller_restarts_both_on_the_new_n
     wait_for("a job after the update", lambda: _completed(slurm, job), 90)
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return f"{pid} (gone)"
+
+
 def test_delete_stops_both_controllers_and_every_health_loop_on_every_host(
     cluster: tuple[ClusterState, netns.Hosts],
 ) -> None:
@@ -359,5 +366,5 @@ def test_delete_stops_both_controllers_and_every_health_loop_on_every_host(
     assert manage.delete(state.name, _home(state))
     assert here and not any(alive(p) for p in here)
     left = [p for h in hosts.hosts for p in hosts.pids(h) if p != h.sshd.pid]
-    assert left == [], "delete left processes on the hosts"
+    assert left == [], f"delete left processes on the hosts: {[_cmdline(p) for p in left]}"
     assert not (Path(state.shared_dir) / "slurm-state" / "sup").exists()

@@ -102,6 +102,7 @@ def update(home: Path, spec: ClusterSpec, say: Progress, *, drain_timeout_s: flo
                 hosts.run(node.host, node_stop_command(mine, root, name))
             except ClusterError as exc:  # a host that is gone has nothing left to stop
                 say(name, f"could not stop it ({exc}); removed all the same")
+            hosts.close(node.host)  # its ssh master: `delete` no longer knows a host left empty
         with up.edit() as state:
             state.procs = [p for p in state.procs if p.node not in gone]
             state.nodes = [n for n in state.nodes if n.name not in gone]
