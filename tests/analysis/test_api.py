@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import duckdb
+
 import hyperscope.analysis as analysis
 
 
@@ -57,3 +59,14 @@ def test_memory_limit_grows_only_for_large_profiles() -> None:
     assert memory_limit(10_000_000) == MEMORY_LIMIT == "1GB"
     large = memory_limit(LARGE_PROFILE_EVENTS + 1)
     assert large.endswith("MB") and 1024 <= int(large[:-2]) <= 8 * 1024
+
+
+def test_memory_limit_in_bytes_is_what_duckdb_reads_of_the_setting() -> None:
+    """The server sets its one database's limit in bytes (server/analysis_db.py): the same limit."""
+    from hyperscope.analysis._common import MEMORY_LIMIT, memory_limit_bytes
+
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    as_text = con.execute("SELECT current_setting('memory_limit')").fetchall()
+    con.execute(f"SET memory_limit = '{memory_limit_bytes(10_000_000)}B'")
+    assert con.execute("SELECT current_setting('memory_limit')").fetchall() == as_text

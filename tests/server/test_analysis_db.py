@@ -10,7 +10,7 @@ import pytest
 
 from hyperscope.analysis import dashboard
 from hyperscope.schema.layout import profile_dir
-from hyperscope.server.analysis_db import AnalysisDatabase, parse_bytes
+from hyperscope.server.analysis_db import AnalysisDatabase
 from hyperscope.store.profile import Profile
 from tests.server.conftest import Home
 
@@ -66,7 +66,9 @@ def test_the_limit_is_the_largest_asked_and_spill_goes_to_a_folder_removed_at_cl
 
     small = Profile.open(profile_dir(home.path, home.multi))
     big = Profile.open(profile_dir(home.path, home.big))
-    monkeypatch.setattr(module, "memory_limit", lambda events: "2GB" if events == big.meta.events else "1GB")
+    monkeypatch.setattr(
+        module, "memory_limit_bytes", lambda events: 2 * 10**9 if events == big.meta.events else 10**9
+    )
     db = AnalysisDatabase()
     with db.connection(small) as con:
         assert _setting(con, "memory_limit") == "953.6 MiB"  # DuckDB's 1GB: 10⁹ bytes
@@ -78,12 +80,3 @@ def test_the_limit_is_the_largest_asked_and_spill_goes_to_a_folder_removed_at_cl
         assert _setting(con, "memory_limit") == "1.8 GiB"
     db.close()
     assert not spill.exists()
-
-
-def test_sizes_are_read_as_duckdb_reads_them() -> None:
-    assert parse_bytes("512MB") == 512 * 10**6
-    assert parse_bytes(" 2 GiB ") == 2 << 30
-    assert parse_bytes("4096MB") == 4096 * 10**6
-    assert parse_bytes(str(1 << 30)) == 1 << 30
-    with pytest.raises(ValueError, match="expected a size such as 512MB"):
-        parse_bytes("lots")

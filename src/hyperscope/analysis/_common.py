@@ -36,11 +36,20 @@ LARGE_PROFILE_EVENTS: Final = 20_000_000
 LARGE_MEMORY_BYTES: Final = 8 << 30
 
 
+def memory_limit_bytes(events: int) -> int:
+    """DuckDB's memory limit for a profile of ``events``, in bytes (DuckDB's MB and GB are powers
+    of 1000: ``MEMORY_LIMIT`` is 10⁹ bytes)."""
+    if events <= LARGE_PROFILE_EVENTS:
+        return 10**9
+    free = psutil.virtual_memory().available
+    return (max(1 << 30, min(LARGE_MEMORY_BYTES, free // 2)) >> 20) * 10**6
+
+
 def memory_limit(events: int) -> str:
+    """``memory_limit_bytes`` as DuckDB's setting reads it."""
     if events <= LARGE_PROFILE_EVENTS:
         return MEMORY_LIMIT
-    free = psutil.virtual_memory().available
-    return f"{max(1 << 30, min(LARGE_MEMORY_BYTES, free // 2)) >> 20}MB"
+    return f"{memory_limit_bytes(events) // 10**6}MB"
 
 
 #: Device-side work, as the schema's kinds name it. ``sync`` is not work: a GPU waiting on an event

@@ -12,7 +12,7 @@ seen by that connection only. Two new-scope dashboards at once over the soak's s
 the shared one (which keeps ~20 MB between analyses), in a third of the time.
 
 The memory limit is then the server's analyses' together, not each one's: DuckDB's limit of the
-largest profile analysed so far (``analysis._common.memory_limit``: 1 GB below 20M events). What
+largest profile analysed so far (``analysis._common.memory_limit_bytes``: 1 GB below 20M events). What
 is over it spills to a directory of the server's own in the system's temporary folder (never the
 store, which may be read-only), removed at exit.
 """
@@ -20,34 +20,16 @@ store, which may be read-only), removed at exit.
 from __future__ import annotations
 
 import contextlib
-import re
 import shutil
 import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Final
 
 import duckdb
 
-from hyperscope.analysis._common import memory_limit
+from hyperscope.analysis._common import memory_limit_bytes
 from hyperscope.store.profile import Profile
-
-#: DuckDB's units: KB, MB, GB, TB are powers of 1000, KiB, MiB, GiB, TiB of 1024
-_UNITS: Final[dict[str, int]] = {
-    **{u: 1000 ** (n + 1) for n, u in enumerate(("KB", "MB", "GB", "TB"))},
-    **{u: 1024 ** (n + 1) for n, u in enumerate(("KIB", "MIB", "GIB", "TIB"))},
-    "B": 1,
-}
-
-
-def parse_bytes(text: str) -> int:
-    """A size as DuckDB reads it (``"1GB"`` is 10⁹ bytes, ``"1GiB"`` 2³⁰), as ``memory_limit``
-    writes them, in bytes."""
-    found = re.fullmatch(r"\s*(\d+)\s*([KMGT]I?B|B)?\s*", text.upper())
-    if not found:
-        raise ValueError(f"{text!r}: expected a size such as 512MB or 2GB")
-    return int(found.group(1)) * _UNITS[found.group(2) or "B"]
 
 
 class AnalysisDatabase:
@@ -63,7 +45,7 @@ class AnalysisDatabase:
 
     def _database(self, events: int) -> duckdb.DuckDBPyConnection:
         """The database, its limit raised to what a profile of ``events`` needs (never lowered)."""
-        wanted = parse_bytes(memory_limit(events))
+        wanted = memory_limit_bytes(events)
         with self._lock:
             if self._db is None:
                 # no cache of the files' bytes: over a server's life it would fill with every
