@@ -178,14 +178,6 @@ function toF64(src: BigInt64Array, origin: bigint | null): Float64Array {
   return out;
 }
 
-/** Tiles are asked with `snap=1`: the server may answer a window a little wider, with pixel
- * columns of its overview's cells (at most twice the asked ones), which it reads without decoding
- * any event; the tile's header says its window, and a tile is drawn at its own window whatever the
- * view (as while panning). */
-function snapQuery(): string {
-  return "&snap=1";
-}
-
 export async function getTile(
   p: string,
   rows: string[],
@@ -197,7 +189,10 @@ export async function getTile(
 ): Promise<Tile> {
   const a = origin + BigInt(Math.floor(t0));
   const b = origin + BigInt(Math.ceil(t1));
-  const url = `${base(p)}/tile?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${a}&t1_ns=${b}&width=${width}${snapQuery()}`;
+  // snap=1: the server may answer a window a little wider, with pixel columns of its overview's
+  // cells (at most twice the asked ones), read without decoding any event; the tile's header says
+  // its window, and a tile is drawn at its own window whatever the view (as while panning)
+  const url = `${base(p)}/tile?rows=${encodeURIComponent(rows.join(","))}&t0_ns=${a}&t1_ns=${b}&width=${width}&snap=1`;
   const r = await failIfBad(await fetch(url, { signal }));
   return decodeTile(await r.arrayBuffer(), origin);
 }

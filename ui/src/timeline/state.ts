@@ -98,7 +98,6 @@ export const state: TimelineState = {
   frameLog: null,
 };
 
-
 /** A time from the server (exact epoch ns, as a string) in ns from the profile's origin, as drawn. */
 export function rel(ts: string): number {
   return Number(BigInt(ts) - state.origin);
