@@ -2,7 +2,8 @@
 
 A profile of ``--events`` million events (``hyperscope.analysis.groundtruth``: 8 ranks on 2 nodes,
 40 kernels per step, one host thread and three streams per rank) is written straight to Parquet
-(timed, not counted). The timeline index is then built as the first request of a server would
+(timed, not counted; by ``groundtruth_np``, numpy and pyarrow: the same events as DuckDB writes,
+in minutes less at 100M). The timeline index is then built as the first request of a server would
 (*index*: seconds, once per profile, kept beside it). Each tile asks for every event row of the
 profile (8 host threads and 24 streams: everything expanded), ``--width`` pixels wide, for windows
 of the whole run, then 1/10, 1/100, ... of it down to 1 µs, each at ``--positions`` random places;
@@ -16,7 +17,8 @@ layout (plain ``.npy`` columns, memory-mapped, built into a second directory) in
 columns. A column that fits its share of the cache is decoded into one array, block by block as
 tiles ask for them, so the last row, the whole run *again*, is what it costs once the first tiles
 have been drawn. ``--keep DIR`` keeps the generated profiles (the Parquet alone) and reuses them.
-*CPU ms*: the process's CPU time per tile (what load on the machine does not inflate).
+*CPU ms*: the process's CPU time per tile, median (*CPU max*: the most), what load on the machine does not
+inflate as much as wall time.
 
 With ``--browser``, the first run's profile is also entered in a store's catalog and opened in
 Debian's chromium (headless) through a fresh ``hyperscope ui``: *first paint* = navigation start
@@ -58,10 +60,10 @@ from _common import REPO_ROOT, print_table, write_results
 
 sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(REPO_ROOT))
-import numpy as np
 
 from hyperscope import timeline as tl
-from hyperscope.analysis.groundtruth import GroundTruthSpec, write_profile
+from hyperscope.analysis.groundtruth import GroundTruthSpec
+from hyperscope.analysis.groundtruth_np import write_profile
 from hyperscope.store.chrome import export_chrome
 from hyperscope.store.profile import Profile
 from hyperscope.timeline import _blocks
@@ -108,10 +110,12 @@ def run(
         if keep is not None:
             shutil.copytree(where, keep / where.name)
     generate_s = time.perf_counter() - started
+    rss_generate = _peak_rss()
     events = profile.meta.events
     started = time.perf_counter()
     index = tl.load(profile)
     index_s = time.perf_counter() - started
+    rss_index = _peak_rss()
     where = tl.index.index_dir(profile)
     index_bytes = sum(p.stat().st_size for p in where.iterdir())
     overview_bytes = sum(p.stat().st_size for p in where.glob("ov_*.blk"))
@@ -127,10 +131,7 @@ def run(
         npy = tl.index._read(npy_dir)
         assert npy is not None
     rows = [r.id for r in index.rows]
-    ts = np.asarray(index.ts)
-    lo = int(ts.min())
-    hi = int((ts + np.asarray(index.dur)).max())
-    del ts
+    lo, hi = tl.index.span(index)  # from the rows' directory: no column decoded
     _blocks.CACHE.clear()
     rnd = random.Random(6)
     out = []
@@ -170,6 +171,7 @@ def run(
                 "median_ms": statistics.median(times),
                 "max_ms": max(times),
                 "cpu_median_ms": statistics.median(cpus),
+                "cpu_max_ms": max(cpus),
                 "npy_median_ms": statistics.median(old) if old else None,
                 "npy_max_ms": max(old) if old else None,
                 "npy_cpu_median_ms": statistics.median(old_cpu) if old_cpu else None,
@@ -190,6 +192,8 @@ def run(
         "npy_bytes": npy_bytes,
         "parquet_bytes": parquet_bytes,
         "block_cache_bytes": _blocks.CACHE.nbytes,
+        # the process's peak RSS (a high-water mark) after generating, after the index, at the end
+        "peak_rss_mb": {"generate": rss_generate, "index": rss_index, "tiles": _peak_rss()},
         "tiles": out,
     }
 
@@ -407,6 +411,9 @@ def main() -> None:
                 f"{r['parquet_bytes'] / 1e6:.0f} MB "
                 f"of Parquet; as .npy {r['npy_bytes'] / 1e6:.0f} MB in {r['npy_s']:.1f} s); as Kineto JSON ≈ "
                 f"{r['kineto_json_bytes_est'] / 1e9:.2f} GB ({bpe:.0f} B/event); "
+                f"peak RSS {r['peak_rss_mb']['generate']:.0f} MiB after generating, "
+                f"{r['peak_rss_mb']['index']:.0f} after the index, "
+                f"{r['peak_rss_mb']['tiles']:.0f} at the end; "
                 f"decoded blocks kept at the end: "
                 f"{r['block_cache_bytes'] / 2**20:.0f} MiB (bound {_blocks.cache_bytes() / 2**20:.0f} MiB); "
                 f"windows {'as asked' if args.exact else 'snapped to the overview (as the UI asks)'}; "
@@ -419,6 +426,7 @@ def main() -> None:
                     "median ms",
                     "max ms",
                     "CPU ms",
+                    "CPU max",
                     "npy median",
                     "npy max",
                     "npy CPU",
@@ -433,6 +441,7 @@ def main() -> None:
                         round(t["median_ms"], 1),
                         round(t["max_ms"], 1),
                         round(t["cpu_median_ms"], 1),
+                        round(t["cpu_max_ms"], 1),
                         _ms(t["npy_median_ms"]),
                         _ms(t["npy_max_ms"]),
                         _ms(t["npy_cpu_median_ms"]),
@@ -545,6 +554,13 @@ def print_browser(b: dict[str, Any]) -> None:
              "-" if None in cpu else "met" if max(c for c in cpu if c is not None) <= 16 else "missed"],
         ],
     )  # fmt: skip
+
+
+def _peak_rss() -> float:
+    """This process's peak resident memory so far, in MiB (DuckDB's memory included)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _ms(v: float | None) -> float | str:

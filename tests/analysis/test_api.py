@@ -23,6 +23,7 @@ def test_all_is_complete_and_sorted() -> None:
         "gpu",
         "gpupass",
         "groundtruth",
+        "groundtruth_np",
         "idle",
         "intervals",
         "kernels",
