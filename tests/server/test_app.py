@@ -295,14 +295,18 @@ def test_a_failed_job_whose_other_ranks_still_write_is_not_cached(tmp_path: Path
         assert info["status"] == "Failed" and "rank 0 failed" in info["notes"]
 
 
-def test_prewarm_computes_the_newest_finished_profile_at_start(home: Home, tmp_path: Path) -> None:
+def test_prewarm_computes_the_newest_finished_profile_at_start(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import threading
 
     from hyperscope.schema.layout import profile_dir
+    from hyperscope.server import prewarm
     from hyperscope.store.profile import Profile
     from hyperscope.timeline import index as timeline_index
 
     assert timeline_index.store(Profile.open(profile_dir(home.path, home.big)))  # as import does
+    monkeypatch.setattr(prewarm, "IDLE_S", 0.0)  # the filters and dashboard at once
     with local(create_app(home.path, static_dir=tmp_path, prewarm=1)) as client:
         for thread in threading.enumerate():
             if thread.name == "hyperscope-prewarm":
