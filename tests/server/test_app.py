@@ -319,6 +319,25 @@ def test_prewarm_computes_the_newest_finished_profile_at_start(
         assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
 
 
+def test_prewarm_answers_the_first_look_before_any_request_and_the_rest_once_idle(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The profile's information and timeline rows are computed before the first request is
+    answered; the filters and dashboard only once no request has come for ``IDLE_S``."""
+    from hyperscope.schema.layout import profile_dir
+    from hyperscope.server import prewarm
+    from hyperscope.store.profile import Profile
+    from hyperscope.timeline import index as timeline_index
+
+    assert timeline_index.store(Profile.open(profile_dir(home.path, home.big)))  # as import does
+    monkeypatch.setattr(prewarm, "IDLE_S", 3600.0)  # never idle enough: the rest waits
+    monkeypatch.setattr(prewarm, "REST_AT_MOST_S", 3600.0)
+    app = create_app(home.path, static_dir=tmp_path, prewarm=1)
+    with local(app) as client:
+        assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
+        assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is False
+
+
 def test_the_server_only_reads_an_existing_store(tmp_path: Path) -> None:
     import hashlib
 

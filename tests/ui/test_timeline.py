@@ -119,6 +119,15 @@ def check_tile_matches_store(pg: Any, served: Served) -> None:
 
 
 def kernel_flow(pg: Any, served: Served, streams: list[str], step: str, search: str, tag: str) -> None:
+    # the step list: how many steps at once, their options once the page is idle after the
+    # first tile (steplist.ts)
+    names = {s["name"] for s in state(pg, "s.rows.steps")}
+    pg.wait_for_function(
+        "(n) => document.querySelectorAll('#tl-steps option').length === n + 1",
+        arg=len(names),
+        timeout=TIMEOUT_MS,
+    )
+    assert pg.locator("#tl-steps option").first.text_content() == f"zoom to step… ({len(names)})"
     before = state(pg, "s.tiles")
     pg.select_option("#tl-steps", step)
     wait_tile(pg, before)

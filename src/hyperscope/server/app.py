@@ -197,6 +197,7 @@ def create_app(
             # before the first request is answered (see hyperscope.server.prewarm)
             await asyncio.to_thread(warm.first_look_done.wait, prewarming.FIRST_LOOK_WAIT_S)
         yield
+        warm.stopped.set()
         limits.database.close()  # and its spill directory (also at exit, for an app never started)
 
     app = FastAPI(

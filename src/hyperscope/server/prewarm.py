@@ -67,6 +67,7 @@ class Prewarm:
     ) -> None:
         self._first_look, self._rest, self.seen = first_look, rest, seen
         self.first_look_done = threading.Event()
+        self.stopped = threading.Event()  # the server ends: the rest is not computed
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="hyperscope-prewarm", daemon=True).start()
@@ -78,7 +79,8 @@ class Prewarm:
             self.first_look_done.set()
         started = time.monotonic()
         while time.monotonic() - started < REST_AT_MOST_S and time.monotonic() - self.seen.at < IDLE_S:
-            time.sleep(0.1)
+            if self.stopped.wait(0.1):
+                return
         _each(self._rest())
 
 
