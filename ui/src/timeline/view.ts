@@ -210,7 +210,6 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       const rows = ids.slice(0, 256);
       state.lastRequest = { rows, t0_ns: (state.origin + BigInt(t.t0)).toString(), t1_ns: (state.origin + BigInt(t.t1)).toString(), width: t.width }; // the window answered (snapped)
       state.tiles += 1;
-      stepsShown.fillWhenIdle();
       const marks = t.mTs.length ? `, ${t.mTs.length.toLocaleString()} instant marks` : "";
       setStatus(`${t.ts.length.toLocaleString()} events, ${t.binCol.length.toLocaleString()} merged columns${marks}, ${(t.bytes / 1024).toFixed(0)} KB`);
       const [a, b] = [state.origin + BigInt(Math.floor(state.t0)), state.origin + BigInt(Math.ceil(state.t1))];
@@ -416,7 +415,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.t1 = state.span[1];
       pick.applyLink(id);
       redraw();
-      stepsShown.set(rows.steps); // its options once the first tile is drawn (steplist.ts)
+      stepsShown.set(rows.steps); // its options at the list's first use (steplist.ts)
       void fetchTile(); // at once: the first paint waits for no debounce
     } catch (err) {
       showError(err);
