@@ -306,7 +306,7 @@ def test_prewarm_computes_the_newest_finished_profile_at_start(
     from hyperscope.timeline import index as timeline_index
 
     assert timeline_index.store(Profile.open(profile_dir(home.path, home.big)))  # as import does
-    monkeypatch.setattr(prewarm, "IDLE_S", 0.0)  # the filters and dashboard at once
+    monkeypatch.setattr(prewarm, "REST_AT_MOST_S", 0.0)  # the filters and dashboard at once
     with local(create_app(home.path, static_dir=tmp_path, prewarm=1)) as client:
         for thread in threading.enumerate():
             if thread.name == "hyperscope-prewarm":
@@ -323,7 +323,11 @@ def test_prewarm_answers_the_first_look_before_any_request_and_the_rest_once_idl
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The profile's information and timeline rows are computed before the first request is
-    answered; the filters and dashboard only once no request has come for ``IDLE_S``."""
+    answered; the filters and dashboard only once a page has asked for a profile and then no
+    request about one has come for ``IDLE_S``."""
+    import threading
+    import time
+
     from hyperscope.schema.layout import profile_dir
     from hyperscope.server import prewarm
     from hyperscope.store.profile import Profile
@@ -336,6 +340,16 @@ def test_prewarm_answers_the_first_look_before_any_request_and_the_rest_once_idl
     with local(app) as client:
         assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
         assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is False
+    monkeypatch.setattr(prewarm, "IDLE_S", 0.2)
+    with local(create_app(home.path, static_dir=tmp_path, prewarm=1)) as client:
+        assert client.get("/api/jobs").status_code == 200
+        time.sleep(1.0)
+        (warm,) = [t for t in threading.enumerate() if t.name == "hyperscope-prewarm"]
+        assert warm.is_alive()  # no page has asked for a profile yet: the rest waits
+        assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
+        warm.join(120)  # 0.2 s after that request, the rest
+        assert not warm.is_alive()
+        assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is True
 
 
 def test_the_server_only_reads_an_existing_store(tmp_path: Path) -> None:

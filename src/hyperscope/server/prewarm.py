@@ -9,9 +9,11 @@ Two parts, because they cost different things to whoever opens a page at once:
   answers any request: computed while a page loaded, they held up its HTML, its script and its own
   rows by 0.5-1 s on 2 cores (the timeline's first paint), and the page would ask for them anyway.
 - *the rest* (the dashboard and its filters: the filters alone are a second or more of DuckDB on
-  every core at 10M events): computed once no request has come for ``IDLE_S`` (or, on a server
-  that is never idle, ``REST_AT_MOST_S`` after its start), so they never compete with a page's
-  first requests. A request for something being computed waits for that computation (ProfileCache).
+  every core at 10M events): computed once a page has asked for a profile and no such request
+  has come for ``IDLE_S`` since (or ``REST_AT_MOST_S`` after the start, whatever came), so that
+  they never compete with a page's first requests: a browser opened as the server starts takes
+  seconds to ask its first. A request for something being computed waits for that computation
+  (ProfileCache).
 """
 
 from __future__ import annotations
@@ -36,21 +38,24 @@ REST_AT_MOST_S = 30.0
 
 
 class LastRequest:
-    """When the server's last HTTP request came (``time.monotonic()``), as ``Activity`` notes it."""
+    """When the server's last request about a profile came (``time.monotonic()``), and whether one
+    has, as ``Activity`` notes them."""
 
     def __init__(self) -> None:
         self.at = time.monotonic()
+        self.asked = False
 
 
 class Activity:
-    """An ASGI middleware noting each HTTP request's arrival in ``seen``."""
+    """An ASGI middleware noting in ``seen`` each arrival of a request about a profile (what a
+    page asks first for the profile it shows: its information, rows, filters or dashboard)."""
 
     def __init__(self, app: ASGIApp, seen: LastRequest) -> None:
         self.app, self.seen = app, seen
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            self.seen.at = time.monotonic()
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith("/api/profiles/"):
+            self.seen.at, self.seen.asked = time.monotonic(), True
         await self.app(scope, receive, send)
 
 
@@ -78,7 +83,9 @@ class Prewarm:
         finally:
             self.first_look_done.set()
         started = time.monotonic()
-        while time.monotonic() - started < REST_AT_MOST_S and time.monotonic() - self.seen.at < IDLE_S:
+        while time.monotonic() - started < REST_AT_MOST_S and (
+            not self.seen.asked or time.monotonic() - self.seen.at < IDLE_S
+        ):
             if self.stopped.wait(0.1):
                 return
         _each(self._rest())
