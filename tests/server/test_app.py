@@ -295,14 +295,18 @@ def test_a_failed_job_whose_other_ranks_still_write_is_not_cached(tmp_path: Path
         assert info["status"] == "Failed" and "rank 0 failed" in info["notes"]
 
 
-def test_prewarm_computes_the_newest_finished_profile_at_start(home: Home, tmp_path: Path) -> None:
+def test_prewarm_computes_the_newest_finished_profile_at_start(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import threading
 
     from hyperscope.schema.layout import profile_dir
+    from hyperscope.server import prewarm
     from hyperscope.store.profile import Profile
     from hyperscope.timeline import index as timeline_index
 
     assert timeline_index.store(Profile.open(profile_dir(home.path, home.big)))  # as import does
+    monkeypatch.setattr(prewarm, "REST_AT_MOST_S", 0.0)  # the filters and dashboard at once
     with local(create_app(home.path, static_dir=tmp_path, prewarm=1)) as client:
         for thread in threading.enumerate():
             if thread.name == "hyperscope-prewarm":
@@ -313,6 +317,39 @@ def test_prewarm_computes_the_newest_finished_profile_at_start(home: Home, tmp_p
         assert client.get(f"/api/profiles/{home.big}/dashboard?top_k=15&buckets=50").json()["cached"] is True
         assert client.get(f"/api/profiles/{home.multi}/dashboard").json()["cached"] is False  # only one
         assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
+
+
+def test_prewarm_answers_the_first_look_before_any_request_and_the_rest_once_idle(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The profile's information and timeline rows are computed before the first request is
+    answered; the filters and dashboard only once a page has asked for a profile and then no
+    request about one has come for ``IDLE_S``."""
+    import threading
+    import time
+
+    from hyperscope.schema.layout import profile_dir
+    from hyperscope.server import prewarm
+    from hyperscope.store.profile import Profile
+    from hyperscope.timeline import index as timeline_index
+
+    assert timeline_index.store(Profile.open(profile_dir(home.path, home.big)))  # as import does
+    monkeypatch.setattr(prewarm, "IDLE_S", 3600.0)  # never idle enough: the rest waits
+    monkeypatch.setattr(prewarm, "REST_AT_MOST_S", 3600.0)
+    app = create_app(home.path, static_dir=tmp_path, prewarm=1)
+    with local(app) as client:
+        assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
+        assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is False
+    monkeypatch.setattr(prewarm, "IDLE_S", 0.2)
+    with local(create_app(home.path, static_dir=tmp_path, prewarm=1)) as client:
+        assert client.get("/api/jobs").status_code == 200
+        time.sleep(1.0)
+        (warm,) = [t for t in threading.enumerate() if t.name == "hyperscope-prewarm"]
+        assert warm.is_alive()  # no page has asked for a profile yet: the rest waits
+        assert client.get(f"/api/profiles/{home.big}/timeline/rows").json()["cached"] is True
+        warm.join(120)  # 0.2 s after that request, the rest
+        assert not warm.is_alive()
+        assert client.get(f"/api/profiles/{home.big}/dashboard").json()["cached"] is True
 
 
 def test_the_server_only_reads_an_existing_store(tmp_path: Path) -> None:

@@ -241,6 +241,19 @@ def test_tile_marks_of_an_imported_trace(tmp_path: Path) -> None:
         assert ev["fields"]["ph"] == "i" and isinstance(ev["fields"]["ts_ns"], str)
 
 
+def test_rows_are_the_same_json_compressed_or_not_and_cached_after_the_first(
+    client: TestClient, home: Home
+) -> None:
+    """``/rows`` is encoded and compressed once per profile (server/timeline.py ``RowsBody``):
+    the gzip answer and the plain one decode to the same body, ``cached`` set from the second."""
+    first = get_rows(client, home.h200)
+    plain = get_rows(client, home.h200, headers={"Accept-Encoding": "identity"})
+    zipped = get_rows(client, home.h200, headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in plain.headers and zipped.headers["content-encoding"] == "gzip"
+    assert first.json()["cached"] is False
+    assert plain.json() == zipped.json() == {**first.json(), "cached": True}
+
+
 def test_rows_answer_202_with_progress_while_the_index_is_built(tmp_path: Path) -> None:
     """A profile that was not imported through the CLI (no index beside it): the first /rows
     starts the build in the background and says how far it is; the index is then kept."""

@@ -119,6 +119,14 @@ def check_tile_matches_store(pg: Any, served: Served) -> None:
 
 
 def kernel_flow(pg: Any, served: Served, streams: list[str], step: str, search: str, tag: str) -> None:
+    # the step list says how many steps there are at once, and gets their options at its first
+    # use (keyboard focus here; a pointer press does the same), before it opens (steplist.ts)
+    names = {s["name"] for s in state(pg, "s.rows.steps")}
+    options = "() => document.querySelectorAll('#tl-steps option').length"
+    assert pg.locator("#tl-steps option").first.text_content() == f"zoom to step… ({len(names)})"
+    assert pg.evaluate(options) == 1
+    pg.focus("#tl-steps")
+    assert pg.evaluate(options) == len(names) + 1
     before = state(pg, "s.tiles")
     pg.select_option("#tl-steps", step)
     wait_tile(pg, before)

@@ -7,11 +7,12 @@ analysis under the query limits, caches what cannot change, and turns our errors
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -42,6 +43,7 @@ from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server import _gzip, auth, export, info, params, static, tables, timeline
 from hyperscope.server import cluster as cluster_api
 from hyperscope.server import compare as compare_api
+from hyperscope.server import prewarm as prewarming
 from hyperscope.server.cache import Lru, ProfileCache
 from hyperscope.server.jobs import MAX_LIMIT, CatalogReader, JobQuery, ProfileHit, ProfileNotFound
 from hyperscope.server.limits import QueryLimits, QueryTimeout, RowCapExceeded
@@ -104,10 +106,11 @@ def create_app(
 
     ``token`` guards every path when given (see :mod:`hyperscope.server.auth`); ``serve()`` makes
     one up whenever the server listens beyond loopback. ``static_dir`` holds the built front end
-    (tests point it elsewhere). ``prewarm``: at start, compute in the background the filters,
-    default dashboard and (where its index is stored) timeline rows of that many newest finished
-    profiles, since the first look at a large profile is the one slow answer (seconds at 10M
-    events) and is usually the newest job's. ``observe_cluster``: how the Cluster page's routes
+    (tests point it elsewhere). ``prewarm``: at start, compute the information and (where its index
+    is stored) timeline rows of that many newest finished profiles before answering, then, once
+    the server is idle, their filters and default dashboard (:mod:`hyperscope.server.prewarm`),
+    since the first look at a large profile is the one slow answer (seconds at 10M events) and is
+    usually the newest job's. ``observe_cluster``: how the Cluster page's routes
     look at a cluster (default :func:`hyperscope.cluster.fleet.observe`; tests pass recorded ones).
     """
     # absolute: the catalog is opened read-only through a file: URI, which a relative path has not
@@ -154,36 +157,48 @@ def create_app(
         key = (hit.ref.id, "dashboard", scope, top_k, buckets)
         return cache.answer(key, hit.live, compute)
 
-    def warm() -> None:
-        """What the UI asks first for the newest finished profiles, as a request without filters."""
-        try:
-            jobs = catalog.jobs(JobQuery(limit=MAX_LIMIT)).jobs
-        except Exception as exc:  # an unreadable catalog is reported to whoever asks for a page
-            log.warning("hyperscope: nothing prewarmed: %s", exc)
-            return
-        done = 0
-        for job in jobs:
-            if done >= prewarm:
-                return
+    def newest() -> list[tuple[ProfileHit, Profile]]:
+        """The ``prewarm`` newest finished profiles (catalog errors raised to ``Prewarm``)."""
+        found: list[tuple[ProfileHit, Profile]] = []
+        for job in catalog.jobs(JobQuery(limit=MAX_LIMIT)).jobs:
+            if len(found) >= prewarm:
+                break
             if job.latest_profile is None:
                 continue
             try:
                 hit, profile = open_profile(job.latest_profile)
-                if hit.live:
-                    continue
-                filters_answer(hit, profile)
-                dashboard_answer(hit, profile, _scope(None, None, None), TOP_K, BUCKETS)
-                if timeline_index.ready(profile):  # stored at import: the rows, never a build here
-                    timeline.rows_answer(hit, profile, limits, cache)
-            except Exception as exc:  # a broken profile is reported when someone asks for it
+            except Exception as exc:  # reported when someone asks for it
                 log.info("hyperscope: profile %s not prewarmed: %s", job.latest_profile, exc)
-            done += 1
+                continue
+            if not hit.live:
+                found.append((hit, profile))
+        return found
+
+    warmed: list[tuple[ProfileHit, Profile]] = []
+
+    def first_look() -> Iterator[tuple[str, Callable[[], object]]]:
+        warmed.extend(newest())
+        for hit, profile in warmed:
+            yield hit.ref.id, partial(info.profile_answer, hit, profile, limits, cache)
+            if timeline_index.ready(profile):  # stored at import: the rows, never a build here
+                yield hit.ref.id, partial(timeline.rows_answer, hit, profile, limits, cache)
+
+    def rest() -> Iterator[tuple[str, Callable[[], object]]]:
+        whole = _scope(None, None, None)
+        for hit, profile in warmed:
+            yield hit.ref.id, partial(dashboard_answer, hit, profile, whole, TOP_K, BUCKETS)
+            yield hit.ref.id, partial(filters_answer, hit, profile)
+
+    warm = prewarming.Prewarm(first_look, rest, prewarming.LastRequest())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if prewarm > 0:
-            threading.Thread(target=warm, name="hyperscope-prewarm", daemon=True).start()
+            warm.start()
+            # before the first request is answered (see hyperscope.server.prewarm)
+            await asyncio.to_thread(warm.first_look_done.wait, prewarming.FIRST_LOOK_WAIT_S)
         yield
+        warm.stopped.set()
         limits.database.close()  # and its spill directory (also at exit, for an app never started)
 
     app = FastAPI(
@@ -204,6 +219,7 @@ def create_app(
     app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=5)
     auth.install(app, token)
     static.install_headers(app)  # outermost: on every answer, a 401 included
+    app.add_middleware(prewarming.Activity, seen=warm.seen)
 
     @app.get("/api/jobs", response_model=JobListOut, responses=_ERRORS, tags=["jobs"])
     def list_jobs(
@@ -324,6 +340,7 @@ def create_app(
     app.include_router(tables.router(open_profile, limits, cache, _scope, _ERRORS))
     app.include_router(cluster_api.router(home, _ERRORS, *([observe_cluster] if observe_cluster else [])))
     static.install(app, static_dir)
+    prewarming.build_routes(app)
     return app
 
 

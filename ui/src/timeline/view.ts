@@ -2,7 +2,6 @@
 // with a step list, search, details and connections, and launch → kernel arrows. Here: the tiles,
 // the frames and the input; the selection and search are select.ts's, the elements toolbar.ts's.
 // State lives in `state` and is exposed as window.__hyperscope.timeline for tests.
-import { h } from "../dom";
 import { showError } from "../errors";
 import { hooks } from "../hooks";
 import { onLoadedChange } from "../loaded";
@@ -18,6 +17,7 @@ import { arrowsFor, type End, eventRect, type Frame, type Hit, hitAt, hoverTitle
 import { rel, state } from "./state";
 import { selection } from "./select";
 import { saveLink } from "./link";
+import { stepList } from "./steplist";
 import { timelineDom } from "./toolbar";
 import { rangeSelection } from "./range";
 import { COLL_COLOR, collectiveMarks, COLLECTIVES_SHOWN, collectivesShown, LAST_COLOR } from "./collective";
@@ -325,10 +325,7 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       else if (t && found.event >= 0) void pick.select(t.id[found.event]!, false, found.row.id);
     },
   });
-  stepSelect.addEventListener("change", () => {
-    const name = stepSelect.value;
-    const steps = (state.rows?.steps ?? []).filter((s) => s.name === name);
-    if (steps.length === 0) return;
+  const stepsShown = stepList(stepSelect, (steps) => {
     const a = Math.min(...steps.map((s) => rel(s.ts_ns)));
     const b = Math.max(...steps.map((s) => rel(s.ts_ns) + s.dur_ns));
     setView(a - (b - a) * 0.02, b + (b - a) * 0.02);
@@ -418,13 +415,8 @@ export function timelinePage(): { root: HTMLElement; setActive(on: boolean): voi
       state.t1 = state.span[1];
       pick.applyLink(id);
       redraw();
+      stepsShown.set(rows.steps); // its options at the list's first use (steplist.ts)
       void fetchTile(); // at once: the first paint waits for no debounce
-      // thousands of steps make thousands of options: built while the first tile is on its way
-      const names = [...new Set(rows.steps.map((s) => s.name))];
-      stepSelect.replaceChildren(
-        h("option", { value: "" }, `zoom to step… (${names.length})`),
-        ...names.map((n) => h("option", { value: n }, n.replace(/^ProfilerStep#/, "step_"))),
-      );
     } catch (err) {
       showError(err);
     }
