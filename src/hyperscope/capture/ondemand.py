@@ -43,7 +43,7 @@ def control_dir(environ: dict[str, str] | os._Environ[str] | None = None) -> Pat
         return Path(env[CONTROL_ENV]).expanduser()
     if env.get(HEARTBEAT_ENV):
         return Path(env[HEARTBEAT_ENV]).expanduser().parent / "control"
-    from hyperscope.store.store import default_home
+    from hyperscope.store.home import default_home
 
     home = env.get("HYPERSCOPE_HOME")
     return (Path(home).expanduser() if home else default_home()) / "control"

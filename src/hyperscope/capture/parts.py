@@ -6,14 +6,14 @@ from __future__ import annotations
 import threading
 from typing import Final
 
-import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY, EventKind
 
 __all__ = [
     "STARTUP_CAT", "STARTUP_NAME", "Mark", "marks_table", "one_part", "startup_table", "step_marks",
-    "typed_events",
+    "typed_events", "typed_xspace_events",
 ]  # fmt: skip
 
 #: Rows of annotations and steps: (kind, name, tid, ts_ns, dur_ns, step).
@@ -42,10 +42,29 @@ def typed_events(raw: pa.Table, rank: int, node: str) -> pa.Table:
 
     con = getattr(_CONNECTIONS, "con", None)
     if con is None:  # one small DuckDB per writer thread, kept for the whole run
+        import duckdb
+
         con = duckdb.connect(config={"threads": 1, "memory_limit": "128MB"})
         con.execute("SET enable_progress_bar = false")
         _CONNECTIONS.con = con
     return typed_rows(raw, rank=rank, node=node, con=con)
+
+
+def typed_xspace_events(raw: pa.Table, rank: int, node: str) -> pa.Table:
+    """TF's and JAX's raw rows (``xplane``) typed: by Arrow where the rows allow it
+    (``direct_types``: every row of a CPU capture), by the importer's SQL for the rest; the same
+    stored rows either way, with no DuckDB (its CPU and its memory) for a window that needs none."""
+    from hyperscope.capture.direct_types import needs_sql, typed_directly
+
+    if raw.num_rows == 0:
+        return EVENT_SCHEMA.empty_table()
+    mask = needs_sql(raw)
+    if not pc.any(mask).as_py():
+        return typed_directly(raw, rank=rank, node=node)
+    if pc.all(mask).as_py():
+        return typed_events(raw, rank, node)
+    fast = typed_directly(raw.filter(pc.invert(mask)), rank=rank, node=node)
+    return one_part([fast, typed_events(raw.filter(mask), rank, node)])
 
 
 def step_marks(runs: list[tuple[int, int, int, list[int]]]) -> list[Mark]:

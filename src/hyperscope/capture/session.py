@@ -22,12 +22,20 @@ import pyarrow as pa
 from hyperscope.capture import recorders
 from hyperscope.capture.config import ProfilerConfig
 from hyperscope.capture.context import DistContext
-from hyperscope.capture.parts import Mark, marks_table, one_part, startup_table, step_marks, typed_events
+from hyperscope.capture.parts import (
+    Mark,
+    marks_table,
+    one_part,
+    startup_table,
+    step_marks,
+    typed_events,
+    typed_xspace_events,
+)
 from hyperscope.capture.writer import CaptureTarget, RankWriter
 from hyperscope.schema.events import EVENT_SCHEMA, EventKind
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store.catalog import RankStatus
-from hyperscope.store.store import default_home
+from hyperscope.store.home import default_home
 
 log = logging.getLogger("hyperscope.capture")
 
@@ -444,7 +452,7 @@ class Session:
                 self._backend_error = str(exc)
                 return EVENT_SCHEMA.empty_table()
             self._events_per_step = raw.num_rows / max(steps, 1)
-            return typed_events(raw, rank, node)
+            return typed_xspace_events(raw, rank, node)
 
         return decode
 

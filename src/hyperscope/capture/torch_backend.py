@@ -17,13 +17,15 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import duckdb
 import pyarrow as pa
 
 from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY
 from hyperscope.store._sql import rows as rows_sql
+
+if TYPE_CHECKING:  # DuckDB is imported where it is used: a TF or JAX capture may need none
+    import duckdb
 
 #: Categories whose own correlation id is a CUDA correlation, not a link to a CPU op (Kineto export).
 _DEVICE_SIDE: Final = frozenset(
@@ -270,6 +272,8 @@ def _json_rows(result: Any) -> Iterator[pa.Table]:
     with tempfile.TemporaryDirectory(prefix="hyperscope-kineto-") as tmp:
         trace, events = Path(tmp) / "trace.json", Path(tmp) / "events.json"
         result.save(str(trace))
+        import duckdb
+
         con = duckdb.connect(config={"threads": 1})
         try:
             con.execute("SET enable_progress_bar = false")

@@ -151,6 +151,7 @@ def rows(space: Any, *, host_pid: int) -> pa.Table:
             start = value
             break
     out: list[tuple[Any, ...]] = []
+    done: list[pa.Table] = []  # rows made columns as they come: a window's tuples are never all alive
     ends: dict[bool, list[tuple[int, int, int, int]]] = {False: [], True: []}
     for pb, plane_name, names in zip(space.planes, plane_names(space), stat_names, strict=True):
         if plane_name.startswith(xp._SKIPPED_PLANES):
@@ -166,13 +167,27 @@ def rows(space: Any, *, host_pid: int) -> pa.Table:
                 _device_line(line, base, int(device.group(1)), event_names, stats, out, ends[True])
             else:
                 _host_line(line, base, host_pid, event_names, stats, out, ends[False])
+            if len(out) >= _CHUNK_ROWS:
+                done.append(_columns(out))
+                out.clear()
     linked = {c for c, *_ in ends[False]} & {c for c, *_ in ends[True]}
     for on_device, ph, bp in ((False, "s", None), (True, "f", "e")):
         for corr, pid, tid, ts in ends[on_device]:
             if corr in linked:
                 out.append((ph, "ac2g", "ac2g", pid, tid, ts, None, corr, bp, None))
-    if not out:
+    if out:
+        done.append(_columns(out))
+    if not done:
         return RAW_SCHEMA.empty_table()
+    return pa.concat_tables(done) if len(done) > 1 else done[0]
+
+
+#: Rows held as Python tuples before they become Arrow columns (~150 bytes a row as tuples, ~25
+#: as columns): a JAX window of 1000 steps holds ~95,000 rows.
+_CHUNK_ROWS: Final = 16_384
+
+
+def _columns(out: list[tuple[Any, ...]]) -> pa.Table:
     columns = zip(*out, strict=True)  # one transposition in C, not an append per value
     return pa.Table.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(columns, RAW_SCHEMA, strict=True)], schema=RAW_SCHEMA
@@ -250,6 +265,9 @@ def _dumps(args: dict[str, Any]) -> str:
     return json.dumps(args, separators=(",", ":"), default=str)
 
 
+#: Distinct stats a plane's cache keeps at most (~300 bytes each).
+_STATS_KEPT: Final = 32_768
+
 #: One stat of an event: (its name, its value, ``"name":value`` as JSON).
 _Stat = tuple[str, Any, str]
 
@@ -274,6 +292,8 @@ class _StatCache:
         return [get(b) or self.decode_one(b) for b in raw]
 
     def decode_one(self, data: bytes) -> _Stat:
+        if len(self.one) >= _STATS_KEPT:  # ids (``_ct``, ``_p``) never repeat: keep the cache small
+            self.one.clear()
         st = self._parse(data)
         kind = st.WhichOneof("value")
         value: Any = None if kind is None else getattr(st, kind)

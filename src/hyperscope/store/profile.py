@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -40,6 +39,9 @@ from hyperscope.schema.layout import (
     RankMeta,
 )
 from hyperscope.store._sql import empty_events
+
+if TYPE_CHECKING:  # imported where used: a capture writes its parts without DuckDB
+    import duckdb
 
 ROW_GROUP_ROWS: Final = 128 * 1024
 SMALL_PROFILE_ROWS: Final = 100_000
@@ -208,6 +210,8 @@ class Profile:
         ``into``: a connection of a database shared with other profiles (the server's), given the
         views as temporary ones, seen by that connection only; else a database of its own.
         """
+        import duckdb
+
         con = duckdb.connect() if into is None else into
         view = "CREATE VIEW" if into is None else "CREATE TEMP VIEW"
         con.execute("SET enable_progress_bar = false")

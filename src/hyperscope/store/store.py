@@ -26,16 +26,11 @@ from hyperscope.store import _rankpool, _sql
 from hyperscope.store import profile as _profile
 from hyperscope.store._categories import device_like_others
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
+from hyperscope.store.home import default_home as default_home  # re-exported: its old home
 from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, rank_metas, trace_files
 from hyperscope.store.xplane_importer import add_xplane_files, is_xplane, prefer_xplane, readable_xla_json
 
-ENV_HOME = "HYPERSCOPE_HOME"
 _DISK_FULL = "{home}: disk full while importing; nothing was stored. Free space and retry."
-
-
-def default_home() -> Path:
-    env = os.environ.get(ENV_HOME)
-    return Path(env).expanduser() if env else Path.home() / ".hyperscope"
 
 
 @dataclass(frozen=True, slots=True)
