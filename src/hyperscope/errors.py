@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class HyperscopeError(Exception):
@@ -35,6 +36,15 @@ class TraceFormatError(HyperscopeError):
         if expected is not None:
             message += f" (expected {expected})"
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # pickled whole (an import's worker process sends its error to the parent)
+        fields = {"event_index": self.event_index, "field": self.field, "expected": self.expected}
+        return (_trace_format_error, (self.path, self.problem, fields))
+
+
+def _trace_format_error(path: str, problem: str, fields: dict[str, Any]) -> TraceFormatError:
+    return TraceFormatError(path, problem, **fields)
 
 
 class StoreError(HyperscopeError):

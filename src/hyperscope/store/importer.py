@@ -83,6 +83,30 @@ def rank_from_name(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+@dataclass(slots=True)
+class ReadFile:
+    """One file whose events were staged: what settling it needs (a worker process sends these
+    back, so it holds no open reader)."""
+
+    path: Path
+    events: int
+    trailer: dict[str, Any]
+
+
+#: Per rank: staged events, the first non-metadata time and the last end (ns, before any offset).
+Figures = dict[int, tuple[int, int | None, int | None]]
+
+
+def rank_metas(
+    paths: Sequence[Path], rank: int | None, default_rank: int | None, known: Sequence[RankMeta] = ()
+) -> list[RankMeta]:
+    """Every file's header and rank, checked before any file's events are read (fail fast)."""
+    metas: list[RankMeta] = []
+    for path in paths:
+        metas.append(_rank_meta(path, TraceFile(path).read_header(), rank, default_rank, [*known, *metas]))
+    return metas
+
+
 class Importer:
     """Reads trace files, one rank each, into the staging table ``STAGED_TABLE`` of ``con``."""
 
@@ -92,9 +116,11 @@ class Importer:
         *,
         progress: Callable[[int], None] | None = None,
         memory_limit: str = "256MB",
+        workers: int = WORKERS,
     ) -> None:
         self.work_dir = work_dir
         self.progress = progress
+        self.workers = workers
         self.con = duckdb.connect(
             config={
                 "memory_limit": memory_limit,
@@ -112,11 +138,17 @@ class Importer:
         self.con.close()
 
     def add_files(self, paths: Sequence[Path], rank: int | None, *, default_rank: int | None) -> None:
-        """Read every file into the staging table, ``WORKERS`` chunks at a time.
+        """Check every file's header, stage its events, and settle each rank (all in this process)."""
+        metas = rank_metas(paths, rank, default_rank, self.result.ranks)
+        self.result.ranks.extend(metas)
+        self.settle(self.stage(paths, metas), metas, self.figures())
+
+    def stage(self, paths: Sequence[Path], metas: Sequence[RankMeta]) -> list[ReadFile]:
+        """Read every file into the staging table, ``workers`` chunks at a time.
 
         DuckDB runs each of these small statements on one core, so chunks (of one big file, or of
         several small ones) go to a pool of workers, each with its own connection; this thread cuts
-        the files and keeps at most ``WORKERS`` chunks in flight.
+        the files and keeps at most ``workers`` chunks in flight.
         """
         local = threading.local()
 
@@ -129,22 +161,16 @@ class Importer:
                 for item in batch:
                     self._add_chunk(con, *item)
 
-        read: list[tuple[Path, TraceFile, RankMeta]] = []
+        read: list[ReadFile] = []
         running: set[Future[None]] = set()
 
         def settle(block: bool) -> None:
-            while running and (block or len(running) >= WORKERS):
+            while running and (block or len(running) >= self.workers):
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     running.discard(future)
                     future.result()  # raises the worker's error
 
-        # Fail fast: every file's header and rank are checked before any file's events are read.
-        metas = []
-        for path in paths:
-            meta = self._rank_meta(path, TraceFile(path).read_header(), rank, default_rank)
-            self.result.ranks.append(meta)
-            metas.append(meta)
         batch: list[_Item] = []
 
         def submit() -> None:
@@ -152,7 +178,7 @@ class Importer:
             running.add(pool.submit(work, batch[:]))
             batch.clear()
 
-        with ThreadPoolExecutor(WORKERS, thread_name_prefix="hyperscope-import") as pool:
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="hyperscope-import") as pool:
             try:
                 for path, meta in zip(paths, metas, strict=True):
                     trace = TraceFile(path, self.progress)
@@ -162,7 +188,7 @@ class Importer:
                         batch.append((path, chunk, fast, meta))
                         if not fast or sum(len(item[1].text) for item in batch) >= BATCH_BYTES:
                             submit()
-                    read.append((path, trace, meta))
+                    read.append(ReadFile(path, trace.events, trace.trailer))
                 if batch:
                     submit()
                 settle(block=True)
@@ -170,80 +196,31 @@ class Importer:
                 for future in running:
                     future.cancel()
                 raise
-        # One scan for every rank's figures (a scan per rank and figure cost seconds at 2.5M rows).
-        figures = {
+        return read
+
+    def figures(self) -> Figures:
+        """Every rank's figures in one scan (a scan per rank and figure cost seconds at 2.5M rows)."""
+        return {
             int(rank): (int(count), low, end)
             for rank, count, low, end in self.con.execute(
                 f"SELECT rank, count(*), min(ts_ns) FILTER (WHERE ph <> 'M'), "
                 f"max(ts_ns::HUGEINT + coalesce(dur_ns, 0)) FROM {STAGED_TABLE} GROUP BY rank"
             ).fetchall()
         }
-        for path, trace, meta in read:
-            meta.header.update({k: v for k, v in trace.trailer.items() if k != "traceEvents"})
+
+    def settle(self, read: Sequence[ReadFile], metas: Sequence[RankMeta], figures: Figures) -> None:
+        """Each staged file's trailer, clock and event count; a count that differs refuses all."""
+        for done, meta in zip(read, metas, strict=True):
+            meta.header.update({k: v for k, v in done.trailer.items() if k != "traceEvents"})
             stored, low, end = figures.get(meta.rank, (0, None, None))
             self._set_clock(meta, low, end)
-            if stored != trace.events:  # nothing may be dropped silently: refuse rather than lose events
+            if stored != done.events:  # nothing may be dropped silently: refuse rather than lose events
                 raise StoreError(
-                    f"{path}: read {trace.events} events but staged {stored}; nothing was imported. "
+                    f"{done.path}: read {done.events} events but staged {stored}; nothing was imported. "
                     "This is a hyperscope bug: please report it with the file."
                 )
             meta.events = stored
-            self.result.files.append(FileResult(path, meta.rank, trace.events))
-
-    def _rank_meta(
-        self, path: Path, header: dict[str, Any], rank: int | None, default_rank: int | None
-    ) -> RankMeta:
-        info = header.get("distributedInfo")
-        info = info if isinstance(info, dict) else {}
-        declared = info.get("rank")
-        if declared is not None and not _is_rank(declared):
-            raise TraceFormatError(
-                path, f"is {declared!r}", field="distributedInfo.rank", expected=f"an integer 0 to {MAX_RANK}"
-            )
-        if rank is None:
-            rank = declared if declared is not None else rank_from_name(path)
-            if rank is not None and not _is_rank(rank):
-                raise UsageError(f"{path}: rank {rank} in the file name is beyond {MAX_RANK}; use --rank N")
-        elif not _is_rank(rank):
-            raise UsageError(f"--rank {rank}: expected an integer from 0 to {MAX_RANK}")
-        if rank is None:
-            rank = default_rank
-        if rank is None:
-            raise UsageError(
-                f"{path}: cannot tell its rank (no distributedInfo.rank, no rank in the file name); "
-                "import it alone with --rank N"
-            )
-        for other in self.result.ranks:
-            if other.rank == rank:
-                raise UsageError(
-                    f"{path} and {other.source_file} both hold rank {rank}; "
-                    "import them as separate jobs or rename the files"
-                )
-        _check_base(path, header.get("baseTimeNanoseconds"))  # when the header has it: fail fast
-        key = "host_name" if "host_name" in header else "hostname"
-        node = header.get(key) or ""
-        if len(str(node)) > MAX_NODE_CHARS:
-            raise TraceFormatError(
-                path,
-                f"is {len(str(node)):,} characters long",
-                field=key,
-                expected=f"a host name of at most {MAX_NODE_CHARS} characters",
-            )
-        world = info.get("world_size")
-        world = None if isinstance(world, bool) else world
-        devices = header.get("deviceProperties")
-        rest = {
-            k: v for k, v in header.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")
-        }
-        return RankMeta(
-            rank=rank,
-            node=str(node),
-            source_file=str(path),
-            world_size=world if isinstance(world, int) else None,
-            device_properties=devices if isinstance(devices, list) else [],
-            distributed_info=info,
-            header=rest,
-        )
+            self.result.files.append(FileResult(done.path, meta.rank, done.events))
 
     @staticmethod
     def _set_clock(meta: RankMeta, low: int | None, end: int | None) -> None:
@@ -322,6 +299,66 @@ class Importer:
                 )
         con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows(meta.rank, meta.node)}")
         events.unlink()
+
+
+def _rank_meta(
+    path: Path,
+    header: dict[str, Any],
+    rank: int | None,
+    default_rank: int | None,
+    known: Sequence[RankMeta],
+) -> RankMeta:
+    info = header.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    declared = info.get("rank")
+    if declared is not None and not _is_rank(declared):
+        raise TraceFormatError(
+            path, f"is {declared!r}", field="distributedInfo.rank", expected=f"an integer 0 to {MAX_RANK}"
+        )
+    if rank is None:
+        rank = declared if declared is not None else rank_from_name(path)
+        if rank is not None and not _is_rank(rank):
+            raise UsageError(f"{path}: rank {rank} in the file name is beyond {MAX_RANK}; use --rank N")
+    elif not _is_rank(rank):
+        raise UsageError(f"--rank {rank}: expected an integer from 0 to {MAX_RANK}")
+    if rank is None:
+        rank = default_rank
+    if rank is None:
+        raise UsageError(
+            f"{path}: cannot tell its rank (no distributedInfo.rank, no rank in the file name); "
+            "import it alone with --rank N"
+        )
+    for other in known:
+        if other.rank == rank:
+            raise UsageError(
+                f"{path} and {other.source_file} both hold rank {rank}; "
+                "import them as separate jobs or rename the files"
+            )
+    _check_base(path, header.get("baseTimeNanoseconds"))  # when the header has it: fail fast
+    key = "host_name" if "host_name" in header else "hostname"
+    node = header.get(key) or ""
+    if len(str(node)) > MAX_NODE_CHARS:
+        raise TraceFormatError(
+            path,
+            f"is {len(str(node)):,} characters long",
+            field=key,
+            expected=f"a host name of at most {MAX_NODE_CHARS} characters",
+        )
+    world = info.get("world_size")
+    world = None if isinstance(world, bool) else world
+    devices = header.get("deviceProperties")
+    rest = {
+        k: v for k, v in header.items() if k not in ("deviceProperties", "distributedInfo", "traceEvents")
+    }
+    return RankMeta(
+        rank=rank,
+        node=str(node),
+        source_file=str(path),
+        world_size=world if isinstance(world, int) else None,
+        device_properties=devices if isinstance(devices, list) else [],
+        distributed_info=info,
+        header=rest,
+    )
 
 
 def _prefetched(chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, bool]]:

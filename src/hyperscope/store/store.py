@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -21,12 +22,12 @@ from hyperscope.schema.layout import (
     RankMeta,
     profile_dir,
 )
-from hyperscope.store import _sql
+from hyperscope.store import _rankpool, _sql
 from hyperscope.store import profile as _profile
 from hyperscope.store._categories import device_like_others
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
 from hyperscope.store.home import default_home as default_home  # re-exported: its old home
-from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, trace_files
+from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, rank_metas, trace_files
 from hyperscope.store.xplane_importer import add_xplane_files, is_xplane, prefer_xplane, readable_xla_json
 
 _DISK_FULL = "{home}: disk full while importing; nothing was stored. Free space and retry."
@@ -91,17 +92,30 @@ class Store:
         source_bytes = sum(f.stat().st_size for f in files)
         created = time.time_ns()
         try:
-            with _profile.staging(self.home) as work:
+            with _profile.staging(self.home) as work, contextlib.ExitStack() as workers:
+                single = 0 if len(files) == 1 else None
+                json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
+                pool, metas = None, rank_metas(json_files, rank, single)  # fail fast, before any read
+                if processes := _rankpool.processes_for(len(json_files)):
+                    # forked before this process opens DuckDB; the parent connects while they work
+                    pool = workers.enter_context(
+                        _rankpool.RankPool(json_files, metas, work, processes, progress)
+                    )
                 importer = Importer(work, progress=progress)
                 try:
-                    single = 0 if len(files) == 1 else None
-                    json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
-                    importer.add_files(json_files, rank, default_rank=single)
+                    importer.result.ranks.extend(metas)
+                    source = STAGED_TABLE
+                    if pool is None:
+                        importer.settle(importer.stage(json_files, metas), metas, importer.figures())
+                    else:
+                        parts = pool.result()
+                        importer.settle(parts.read, metas, parts.figures)
+                        source = parts.source()
                     add_xplane_files(importer, [f for f in files if is_xplane(f)], rank, default_rank=single)
                     staged = importer.result
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
-                    events = _profile.write_events(importer.con, STAGED_TABLE, out, offsets)
+                    events = _profile.write_events(importer.con, source, out, offsets)
                     written = f"read_parquet({_sql.quote(str(out / 'events' / '*.parquet'))})"
                     bounds = importer.con.execute(
                         f"SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {written} WHERE ph <> 'M'"

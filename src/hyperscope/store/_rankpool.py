@@ -1,0 +1,219 @@
+"""Rank files staged in parallel worker processes, for the import of several trace files at once.
+
+For many small rank files (the 8-rank DLRM set: 0.9 MB each) most of an import is cost fixed per
+file and per statement: the first DuckDB connection, each statement's planning, the reader thread.
+In one process these are paid one file after another, while HTA parses ranks in a forked pool.
+Here the files are split among ``min(cpus, files)`` processes, forked before this process opens
+any DuckDB connection (a fork copies no DuckDB threads, only what is already imported). Each
+worker stages its files in a DuckDB of its own, one chunk at a time (so no more chunks are in
+flight than in one process), and writes its rows to one Parquet part in the import's staging
+directory. The parent only checks the headers first (fail fast), settles each rank (clock, count)
+and sorts the parts into the profile, as the one-process import does.
+
+Errors: the first worker error (naming its file) is raised in the parent, the other workers are
+stopped and waited for, and the staging directory is then removed as always: nothing is stored.
+Workers ignore SIGINT, so Ctrl-C reaches the parent only, which stops them the same way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any, Final
+
+from hyperscope.errors import StoreError
+from hyperscope.schema.layout import RankMeta
+from hyperscope.store import _sql
+from hyperscope.store.importer import STAGED_TABLE, Figures, Importer, ReadFile
+
+#: The import's DuckDB memory limit, shared among the workers (each stages a share of the rows).
+MEMORY_LIMIT_MB: Final = 256
+#: Rows of a worker's part are written once and read once: a cheap codec, not a small file.
+PART_CODEC: Final = "lz4_raw"
+
+
+def processes_for(files: int) -> int:
+    """Worker processes for ``files`` rank files: one per CPU this process may use, at most one
+    per file; 0 (stage in this process) where fork is unavailable or one process would do."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    n = min(cpus, files)
+    return n if n >= 2 else 0
+
+
+def split(sizes: Sequence[int], n: int) -> list[list[int]]:
+    """Indexes of ``sizes`` in ``n`` groups of about equal total size (largest first, each to the
+    lightest group), each group in its original order."""
+    groups: list[list[int]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        g = loads.index(min(loads))
+        groups[g].append(i)
+        loads[g] += sizes[i]
+    return [sorted(g) for g in groups if g]
+
+
+@dataclass(slots=True)
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    files: list[int]
+    part: Path
+    done: bool = False
+
+
+@dataclass(slots=True)
+class Staged:
+    """What the workers staged: per file (in the order given), and the parts holding the rows."""
+
+    read: list[ReadFile]
+    figures: Figures
+    parts: list[Path] = field(default_factory=list)
+
+    def source(self, table: str = STAGED_TABLE) -> str:
+        """``table`` (rows staged in the parent, e.g. XPlane files) and every part, as one relation."""
+        if not self.parts:
+            return table
+        files = ", ".join(_sql.quote(str(p)) for p in self.parts)
+        return f"(SELECT * FROM {table} UNION ALL BY NAME SELECT * FROM read_parquet([{files}]))"
+
+
+class RankPool:
+    """Workers staging ``paths`` (their ranks checked already: ``metas``) under ``work``.
+
+    Started at construction; :meth:`result` waits for every worker; leaving the ``with`` block
+    stops whatever still runs (an error, Ctrl-C) and waits for it, before the staging directory
+    is removed.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        metas: Sequence[RankMeta],
+        work: Path,
+        processes: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.paths, self.progress = list(paths), progress
+        groups = split([_size(p) for p in paths], processes)
+        limit = f"{max(32, MEMORY_LIMIT_MB // len(groups))}MB"
+        context = multiprocessing.get_context("fork")
+        sys.stdout.flush()  # a forked child must not write the parent's buffered output again
+        sys.stderr.flush()
+        self.workers: list[_Worker] = []
+        try:
+            for n, group in enumerate(groups):
+                folder = work / f"worker-{n}"
+                folder.mkdir()
+                receive, send = context.Pipe(duplex=False)
+                job = ([self.paths[i] for i in group], [metas[i] for i in group], folder, limit)
+                process = context.Process(
+                    target=_work, args=(send, *job), name=f"hyperscope-import-{n}", daemon=True
+                )
+                process.start()
+                send.close()
+                self.workers.append(_Worker(process, receive, group, folder / "part.parquet"))
+        except BaseException:
+            self.stop()
+            raise
+
+    def __enter__(self) -> RankPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def result(self) -> Staged:
+        """Wait for every worker; the first error raised by one is raised here."""
+        read: dict[int, ReadFile] = {}
+        figures: Figures = {}
+        pending = {w.conn: w for w in self.workers}
+        while pending:
+            for conn in wait(list(pending)):
+                worker = pending[conn]  # type: ignore[index]
+                try:
+                    kind, payload = worker.conn.recv()
+                except EOFError:
+                    worker.process.join()
+                    names = ", ".join(str(self.paths[i]) for i in worker.files)
+                    raise StoreError(
+                        f"the import worker for {names} ended without a result "
+                        f"(exit status {worker.process.exitcode}); nothing was stored"
+                    ) from None
+                if kind == "progress":
+                    if self.progress is not None:
+                        self.progress(payload)
+                elif kind == "error":
+                    raise payload
+                else:
+                    files, figs = payload
+                    read.update(zip(worker.files, files, strict=True))
+                    figures.update(figs)
+                    worker.done = True
+                    del pending[conn]  # type: ignore[arg-type]
+        parts = [w.part for w in self.workers]
+        return Staged([read[i] for i in range(len(self.paths))], figures, parts)
+
+    def stop(self) -> None:
+        """Stop every worker that still runs and wait for all of them (their files are then no
+        longer written, so the staging directory can go)."""
+        for worker in self.workers:
+            if worker.process.is_alive() and not worker.done:
+                worker.process.terminate()
+        for worker in self.workers:
+            worker.process.join()
+            worker.conn.close()
+
+
+def _work(send: Connection, paths: list[Path], metas: list[RankMeta], folder: Path, limit: str) -> None:
+    """A worker's whole life: stage its files, write its part, send the figures (or the error)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it stops us on Ctrl-C
+    lock = threading.Lock()
+
+    def tell(message: tuple[str, Any]) -> None:
+        with lock:  # progress comes from the reader thread
+            send.send(message)
+
+    try:
+        importer = Importer(folder, progress=lambda n: tell(("progress", n)), memory_limit=limit, workers=1)
+        try:
+            read = importer.stage(paths, metas)
+            figures = importer.figures()
+            part = _sql.quote(str(folder / "part.parquet"))
+            importer.con.execute(f"COPY {STAGED_TABLE} TO {part} (FORMAT parquet, COMPRESSION {PART_CODEC})")
+        finally:
+            importer.close()
+        tell(("done", (read, figures)))
+    except BaseException as exc:
+        tell(("error", _portable(exc)))
+    finally:
+        send.close()
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling whole (the parent then raises it as it is), else a
+    StoreError with its message."""
+    try:
+        back = pickle.loads(pickle.dumps(exc))
+    except Exception:
+        back = None
+    if isinstance(back, BaseException) and str(back) == str(exc):
+        return exc
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
