@@ -22,7 +22,29 @@ from hyperscope.schema.layout import PROFILES_DIR
 from hyperscope.store import _rankpool, importer
 from hyperscope.store.synth import SynthSpec, write_job, write_rank
 
-pytestmark = pytest.mark.skipif(_rankpool.processes_for(2) == 0, reason="needs fork and 2 CPUs")
+pytestmark = pytest.mark.skipif(
+    "fork" not in __import__("multiprocessing").get_all_start_methods() or len(os.sched_getaffinity(0)) < 2,
+    reason="needs fork and 2 CPUs",
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test process may run other threads (an earlier test's DuckDB); these tests fork on purpose."""
+    monkeypatch.setattr(_rankpool, "single_threaded", lambda: True)
+
+
+def test_no_fork_while_other_threads_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()  # the real check
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not _rankpool.single_threaded()
+        assert _rankpool.processes_for(8) == 0  # staged in this process: no fork under a held lock
+    finally:
+        stop.set()
+        other.join()
 
 
 def _stored(store: Store, job: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

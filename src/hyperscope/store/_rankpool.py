@@ -41,10 +41,20 @@ MEMORY_LIMIT_MB: Final = 256
 PART_CODEC: Final = "lz4_raw"
 
 
+def single_threaded() -> bool:
+    """Whether this process runs no Python thread but the main one: a fork copies only the calling
+    thread, so a lock another Python thread holds (a server's pool, a notebook's background work)
+    would stay held in the child. The CLI imports from its main thread only. Native threads of the
+    libraries (numpy's BLAS, Arrow's jemalloc, an idle DuckDB's workers) wait unlocked between tasks
+    and reset themselves at fork; they are not counted."""
+    return threading.active_count() == 1
+
+
 def processes_for(files: int) -> int:
     """Worker processes for ``files`` rank files: one per CPU this process may use, at most one
-    per file; 0 (stage in this process) where fork is unavailable or one process would do."""
-    if "fork" not in multiprocessing.get_all_start_methods():
+    per file; 0 (stage in this process) where fork is unavailable or unsafe (other threads run)
+    or one process would do."""
+    if "fork" not in multiprocessing.get_all_start_methods() or not single_threaded():
         return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     n = min(cpus, files)
