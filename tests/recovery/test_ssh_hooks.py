@@ -28,7 +28,7 @@ import yaml
 from hyperscope.cluster import hooks, manage, ssh_health
 from hyperscope.cluster.local import missing_requirements
 from hyperscope.cluster.slurm import Job
-from hyperscope.cluster.ssh import MARKER, NODE_MARKER
+from hyperscope.cluster.ssh_hosts import MARKER, NODE_MARKER
 from hyperscope.cluster.state import ClusterError, ClusterState, processes_with_env
 from hyperscope.recovery.agent import read_log
 from tests.recovery import netns
