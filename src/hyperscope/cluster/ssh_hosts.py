@@ -8,7 +8,7 @@ host needs it — node operations, updates, the controllers' watchdog, the healt
 cluster's loops — and none of them needs the provider's create and delete.
 
 Daemons are recorded with their host, PID and start time; a stop acts on a PID only while its
-start time still matches, so a PID reused by another process after a host's reboot is never hit.
+start time still matches, so a PID the host has since given to another process is never hit.
 """
 
 from __future__ import annotations
