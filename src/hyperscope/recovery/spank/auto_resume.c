@@ -23,8 +23,9 @@
  * Slurm one whose node died; either way slurmstepd then kills the other tasks (SIGTERM: status
  * 143), and each such death is a failed task here. Before it requeues, the plugin asks slurmctld
  * (`scontrol show job`): once the job's Restarts has moved past this attempt, the attempt is over,
- * so it logs "action=skip reason=already-requeued" and runs no second requeue of it. Where
- * slurmctld does not answer, it requeues as before.
+ * so it logs "action=skip reason=already-requeued" and runs no second requeue of it (nor logs a
+ * give-up at the last attempt: the job goes on). Where slurmctld does not answer, it decides as
+ * before.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -253,7 +254,7 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         action = "cannot-requeue";
     else if (WIFEXITED(status) && usage_error(code))
         action = "usage-error";
-    else if (strcmp(action, "requeue") == 0 && restarts_now(job) >= attempt) {
+    else if (restarts_now(job) >= attempt) { /* a give-up too: the job is not ending, it was requeued */
         action = "skip"; /* the agent's requeue, or Slurm's for a dead node, ended this task */
         why = " reason=already-requeued";
     }
