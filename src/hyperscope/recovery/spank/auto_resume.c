@@ -21,7 +21,7 @@
  *
  * Not requeued again: a job someone already requeued. hyperscope's agent requeues a hung job, and
  * Slurm one whose node died; either way slurmstepd then kills the other tasks (SIGTERM: status
- * 143), and each such death is a failed task here. Before it requeues, the plugin asks slurmctld
+ * 143), and each such death is a failed task here. For a task ended by a signal, the plugin asks slurmctld
  * (`scontrol show job`): once the job's Restarts has moved past this attempt, the attempt is over,
  * so it logs "action=skip reason=already-requeued" and runs no second requeue of it (nor logs a
  * give-up at the last attempt: the job goes on). Where slurmctld does not answer, it decides as
@@ -213,6 +213,13 @@ static int restarts_now(uint32_t job)
     return at ? atoi(at + 10) : -1;
 }
 
+/* Ended by a signal (or a shell's 128+SIGTERM/SIGKILL): how a requeue ends the tasks it kills. Only
+ * then is slurmctld asked; a task that failed on its own is requeued without that extra round trip. */
+static int killed(int status)
+{
+    return WIFSIGNALED(status) || (WIFEXITED(status) && (WEXITSTATUS(status) == 143 || WEXITSTATUS(status) == 137));
+}
+
 static int requeue(uint32_t job)
 {
     pid_t pid = fork();
@@ -254,7 +261,7 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         action = "cannot-requeue";
     else if (WIFEXITED(status) && usage_error(code))
         action = "usage-error";
-    else if (restarts_now(job) >= attempt) { /* a give-up too: the job is not ending, it was requeued */
+    else if (killed(status) && restarts_now(job) >= attempt) { /* a give-up too: the job goes on */
         action = "skip"; /* the agent's requeue, or Slurm's for a dead node, ended this task */
         why = " reason=already-requeued";
     }
