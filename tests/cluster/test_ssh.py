@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from hyperscope import JobStatus, Store
-from hyperscope.cluster import manage, ssh
+from hyperscope.cluster import manage, ssh_hosts
 from hyperscope.cluster.spec import SpecError, SshSettings, load_spec
-from hyperscope.cluster.ssh import ssh_argv, start_command, stop_command, with_env
+from hyperscope.cluster.ssh_hosts import ssh_argv, start_command, stop_command, with_env
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc, alive
 
 EXAMPLE_LIFECYCLE = Path(__file__).resolve().parents[2] / "examples" / "lifecycle"
@@ -246,15 +246,16 @@ def test_stopping_one_node_stops_only_its_processes(tmp_path: Path) -> None:
 def test_slurm_commands_fail_over_to_the_next_controller_host_and_try_a_gone_one_last(
     sshd: tuple[int, Path],
 ) -> None:
-    """The runner of :func:`ssh.slurm_for`: nothing listens on 127.0.0.3 (ssh exits 255, as for
-    a host that is gone), so the command runs on 127.0.0.1; the gone host is then tried last."""
+    """The runner of :func:`ssh.slurm_for` (:meth:`ssh_hosts.Hosts.runner`): nothing listens on
+    127.0.0.3 (ssh exits 255, as for a host that is gone), so the command runs on 127.0.0.1; the
+    gone host is then tried last."""
     port, key = sshd
     options = ("StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null")
-    run = ssh.Hosts(SshSettings(port=port, identity_file=key, options=options)).runner(
+    run = ssh_hosts.Hosts(SshSettings(port=port, identity_file=key, options=options)).runner(
         "127.0.0.3", "127.0.0.1"
     )
-    ssh._AWAY.pop("127.0.0.3", None)
+    ssh_hosts._AWAY.pop("127.0.0.3", None)
     done = run(["sh", "-c", "echo $SSH_CONNECTION"], {}, 20)
     assert done.returncode == 0 and done.stdout.split()[2:] == ["127.0.0.1", str(port)]
-    assert ssh._AWAY["127.0.0.3"] > time.monotonic()  # tried after 127.0.0.1 for the next AWAY_S
-    assert "127.0.0.1" not in ssh._AWAY
+    assert ssh_hosts._AWAY["127.0.0.3"] > time.monotonic()  # tried after 127.0.0.1 for the next AWAY_S
+    assert "127.0.0.1" not in ssh_hosts._AWAY

@@ -11,8 +11,9 @@ from pathlib import Path
 from hyperscope.cluster.slurm import Job, Slurm
 from hyperscope.cluster.state import ClusterState
 from hyperscope.recovery import heartbeat
-from hyperscope.recovery.agent import UNSEEN_RECHECK_S, Agent, heartbeat_dir
+from hyperscope.recovery.agent import Agent, heartbeat_dir
 from hyperscope.recovery.decide import Policy
+from hyperscope.recovery.observe import UNSEEN_RECHECK_S
 
 
 class Clock:

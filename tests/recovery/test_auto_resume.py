@@ -188,3 +188,46 @@ def test_the_prolog_keeps_a_job_off_a_node_that_turned_sick_between_health_check
     # releases it. In some runs it was not held, and there is nothing to release.
     held = [r for r in log if r["kind"] == "release"]
     assert all("failed launch" in r["reason"] or "post-requeue" in r["reason"] for r in held)
+
+
+#: a task that beats until it is stopped, at its first attempt only (the second ends at once)
+_BEATING = """import os, sys, time
+from hyperscope.recovery import heartbeat
+if os.environ.get("HYPERSCOPE_ATTEMPT") != "1":
+    sys.exit(0)
+while True:
+    heartbeat.beat(force=True)
+    time.sleep(0.1)
+"""
+
+
+def test_a_job_the_agent_requeued_is_not_requeued_again_by_the_plugin(
+    local_cluster: Callable[..., ClusterState], tmp_path: Path
+) -> None:
+    """The agent requeues a hung job; slurmstepd then kills its tasks, each a failed task to the
+    plugin, which must see the job already requeued: one requeue, by the agent, and a ``skip``."""
+    state = local_cluster(hang_timeout_s=4)
+    script, out = tmp_path / "beat.py", tmp_path / "job.out"
+    script.write_text(_BEATING)
+    wrap = f"srun --auto-resume=1 {sys.executable} {script}"
+    slurm = Slurm(Path(state.slurm_conf))
+    done = slurm.run("sbatch", "--parsable", "-N2", "--open-mode=append", "-o", str(out), "--wrap", wrap)
+    job_id = int(done.stdout.strip().split(";")[0])
+    beats = Path(state.shared_dir) / "hyperscope" / "heartbeats"  # the TaskProlog's, for plain sbatch
+    wait_for("both ranks' heartbeats", lambda: all((beats / f"{job_id}.{r}").exists() for r in (0, 1)))
+    tasks = [
+        pid for pid in processes_with_env([f"SLURM_JOB_ID={job_id}"], require="SLURM_PROCID")
+        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(sys.executable.encode())
+    ]  # fmt: skip
+    assert len(tasks) == 2
+    for pid in tasks:
+        os.kill(pid, signal.SIGSTOP)  # hung: the agent's to requeue
+
+    job = wait_for("the job to end", lambda: _finished(state, job_id))
+    assert isinstance(job, Job) and job.state == "COMPLETED" and job.restarts == 1, job
+    requeued = [r for r in read_log(Path(state.dir)) if r["kind"] == "requeue" and r["phase"] == "done"]
+    assert [r["job"] for r in requeued] == [str(job_id)]
+    lines = [ln for ln in hooks.auto_resume_log(state).read_text().splitlines() if f" job={job_id} " in ln]
+    # once per attempt whichever task died first: the agent's requeue ended attempt 1
+    assert len(lines) == 1, lines
+    assert re.search(r" attempt=1 of=2 action=skip reason=already-requeued$", lines[0]), lines

@@ -48,11 +48,8 @@ def write(state: ClusterState) -> Written:
     lines = [f"TaskProlog={prolog}"]
     log = hooks.auto_resume_log(state)
     log.parent.mkdir(parents=True, exist_ok=True)
-    notes: list[str] = []
-    before = len(state.notes)
-    plug = hooks.plugin_line(state, d, at=str(d), log=str(log), scontrol="scontrol", copy=True)
-    notes += state.notes[before:]
-    del state.notes[before:]  # said here, not kept: nothing of the cluster changed
+    notes: list[str] = []  # said here, never kept in the state: nothing of the cluster changes
+    plug = hooks.plugin_line(state, d, at=str(d), log=str(log), scontrol="scontrol", copy=True, notes=notes)
     if plug is None:
         return Written(d, lines, notes=notes)
     arch, slurm = ssh_hooks.local_build()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hyperscope.cluster import ssh_ctld
 from hyperscope.cluster.spec import ClusterSpec
-from hyperscope.cluster.ssh import _START_TIME, Hosts, settings, stop_command, with_env
+from hyperscope.cluster.ssh_hosts import _START_TIME, Hosts, settings, stop_command, with_env
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc
 
 HEALTH = "health"  # the role of a health loop among an adopted cluster's recorded processes
@@ -91,7 +91,7 @@ def dead_loops(state: ClusterState) -> list[Proc]:
 
 
 def _start(root: str, log: str, command: str) -> str:
-    """As :func:`ssh.start_command`, for a command line already quoted (``env K=V … ARGV``)."""
+    """As :func:`ssh_hosts.start_command`, for a command line already quoted (``env K=V … ARGV``)."""
     q = shlex.quote
     out = q(f"{root}/log/{log}")
     return f"cd {q(root)} || exit 1; setsid {command} > {out} 2>&1 < /dev/null & p=$!; echo $p {_START_TIME}"

@@ -230,19 +230,28 @@ def conf_lines(spec: ClusterSpec, at: str) -> list[str]:
 
 
 def plugin_line(
-    state: ClusterState, etc: Path, *, at: str, log: str, scontrol: str, copy: bool
+    state: ClusterState,
+    etc: Path,
+    *,
+    at: str,
+    log: str,
+    scontrol: str,
+    copy: bool,
+    notes: list[str] | None = None,
 ) -> str | None:
     """Build the ``--auto-resume`` plugin here (cached in the cluster's ``lib``) and write
     plugstack.conf into ``etc``; ``copy``: the plugin goes into ``etc`` too, to travel with it (to
-    every host). The PlugStackConfig line naming plugstack.conf in ``at``, or None with a note that
-    ``describe`` shows (no libslurm-dev or gcc here: a cluster without ``--auto-resume``, never a
-    failed create)."""
+    every host). The PlugStackConfig line naming plugstack.conf in ``at``, or None with a note
+    (no libslurm-dev or gcc here: a cluster without ``--auto-resume``, never a failed create).
+    The note goes to ``notes``, by default the cluster's own (``describe`` shows them); an
+    adopted cluster's ``hooks`` passes a list of its own, since nothing of that cluster changes."""
+    said = state.notes if notes is None else notes
     try:
         built = spank.build(Path(state.dir) / "lib")
     except spank.SpankBuildError as exc:
         note = f"srun --auto-resume is not available: {exc}"
-        if note not in state.notes:
-            state.notes.append(note)
+        if note not in said:
+            said.append(note)
         return None
     plugin = f"{at}/{built.name}" if copy else str(built)
     if copy:

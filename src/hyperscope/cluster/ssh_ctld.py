@@ -15,6 +15,7 @@ from __future__ import annotations
 import shlex
 from typing import Protocol
 
+from hyperscope.cluster.ssh_hosts import start_command
 from hyperscope.cluster.state import BACKUP_CTLD, ClusterError, ClusterState, Proc
 
 #: how often the agent looks at the controllers' daemons over ssh (one round trip per host)
@@ -56,7 +57,7 @@ def alive_command(procs: list[Proc]) -> str:
 
 
 class Runner(Protocol):
-    """What this module needs of :class:`hyperscope.cluster.ssh.Hosts` (its ``run``)."""
+    """What this module needs of :class:`hyperscope.cluster.ssh_hosts.Hosts` (its ``run``)."""
 
     def run(
         self, host: str, command: str, *, stdin: bytes = b"", timeout: float = 60.0, check: bool = True
@@ -87,8 +88,6 @@ def gone(hosts: Runner, procs: list[Proc]) -> list[Proc]:
 
 def start(hosts: Runner, state: ClusterState, host: str, role: str, argv: list[str], log: str) -> Proc:
     """A daemon on ``host``, recorded in ``state.procs`` (not saved: the caller does)."""
-    from hyperscope.cluster.ssh import start_command  # ssh imports this module
-
     pid, began = hosts.run(host, start_command(state.run_dir, log, argv)).split()
     proc = Proc(role, int(pid), int(began), "", host)
     state.procs.append(proc)

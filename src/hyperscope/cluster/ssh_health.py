@@ -26,6 +26,7 @@ from pathlib import Path
 
 from hyperscope.cluster import hooks
 from hyperscope.cluster.spec import ClusterSpec
+from hyperscope.cluster.ssh_hosts import MARKER, NODE_MARKER
 from hyperscope.cluster.state import ClusterState
 
 
@@ -54,8 +55,6 @@ def start_loop_command(state: ClusterState, node: str, slurmd_pid: int) -> str:
     """The shell step that starts ``node``'s loop on its host, told which slurmd it ends with: the
     wrapper, as slurmd runs it (slurmd first runs it only at its first HealthCheckInterval).
     Nothing happens on a host whose cluster folder has no wrapper (created before it)."""
-    from hyperscope.cluster.ssh import MARKER, NODE_MARKER  # ssh imports this module
-
     w = shlex.quote(remote_wrapper(state))
     env = {"SLURMD_NODENAME": node, "HYPERSCOPE_SLURMD_PID": str(slurmd_pid)}
     env |= {MARKER: state.run_dir, NODE_MARKER: node}

@@ -19,13 +19,10 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hyperscope.cluster import hooks
+from hyperscope.cluster.ssh_hosts import Hosts
 from hyperscope.cluster.state import ClusterError, ClusterState
-
-if TYPE_CHECKING:  # ssh imports this module
-    from hyperscope.cluster.ssh import Hosts
 
 PROBE = "uname -m; slurmd -V 2>/dev/null || echo 'no slurmd'"
 

@@ -25,17 +25,8 @@ from hyperscope.cluster import nodeops, ssh_health
 from hyperscope.cluster.operate import Outcome, run_hook
 from hyperscope.cluster.slurm import Slurm
 from hyperscope.cluster.spec import RecoverySettings, load_spec
-from hyperscope.cluster.ssh import (
-    _STOP,
-    MARKER,
-    NODE_MARKER,
-    Hosts,
-    run_on_create,
-    settings,
-    slurm_for,
-    ssh_argv,
-    start_command,
-)
+from hyperscope.cluster.ssh import run_on_create, slurm_for
+from hyperscope.cluster.ssh_hosts import _STOP, MARKER, NODE_MARKER, Hosts, settings, ssh_argv, start_command
 from hyperscope.cluster.state import ClusterError, ClusterState, NodeState, Proc
 from hyperscope.errors import HyperscopeError
 

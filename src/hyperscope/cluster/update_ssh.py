@@ -30,7 +30,8 @@ from pathlib import Path
 from hyperscope.cluster import conf, operate, ssh_ctld, ssh_health, ssh_hooks
 from hyperscope.cluster.slurm import Slurm, SlurmError
 from hyperscope.cluster.spec import ClusterSpec, load_spec
-from hyperscope.cluster.ssh import Hosts, run_on_create, settings, slurm_for, start_command, stop_command
+from hyperscope.cluster.ssh import run_on_create, slurm_for
+from hyperscope.cluster.ssh_hosts import Hosts, settings, start_command, stop_command
 from hyperscope.cluster.ssh_nodes import SshOperator, node_stop_command
 from hyperscope.cluster.state import (
     BACKUP_CTLD,

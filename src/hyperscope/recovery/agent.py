@@ -16,7 +16,8 @@ time, and the cluster's state file is only locked for the moment a result is wri
 (never through a re-create, which may run a lifecycle script for minutes), so ``delete`` and the
 other nodes' recoveries never wait behind one. A pass costs the same however many heartbeat files
 and healthy nodes there are: a job's heartbeats are read only once it may have hung, and only
-nodes Slurm does not report plainly healthy are parsed in full.
+nodes Slurm does not report plainly healthy are parsed in full (what a pass sees:
+:mod:`hyperscope.recovery.observe`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import threading
 import time
@@ -36,7 +36,7 @@ from typing import Any
 
 from hyperscope.cluster import jobs as catalog_jobs
 from hyperscope.cluster.operate import AGENT_LOCK_FD_ENV, NodeOperator, operator_for
-from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError, parse_show_node
+from hyperscope.cluster.slurm import Job, Node, Slurm, SlurmError
 from hyperscope.cluster.spec import RecoverySettings, load_spec
 from hyperscope.cluster.state import (
     ClusterState,
@@ -44,10 +44,9 @@ from hyperscope.cluster.state import (
     cluster_lock,
     clusters_dir,
     start_time,
-    updating_now,
 )
 from hyperscope.errors import HyperscopeError
-from hyperscope.recovery import act, calm, heartbeat, supervise
+from hyperscope.recovery import act, calm, observe, supervise
 from hyperscope.recovery.calm import Calm
 from hyperscope.recovery.decide import (
     PASSIVE,
@@ -88,12 +87,6 @@ def read_log(cluster_dir: Path) -> list[dict[str, Any]]:
         except ValueError:
             continue  # a line cut short by a crash mid-write
     return records
-
-
-#: a job not beating yet (still starting) has its heartbeat files looked for this often
-UNSEEN_RECHECK_S = 5.0
-#: ``scontrol show node -o`` lines of a node in plain service; such a node is not parsed further
-_HEALTHY = (" State=IDLE ", " State=ALLOCATED ", " State=MIXED ")
 
 
 @dataclass
@@ -303,122 +296,16 @@ class Agent:
         self.replaced_at = [t for t in self.replaced_at if now - t < window]
         return len(self.replaced_at)
 
+    # --- observing (recovery.observe) ------------------------------------------------------------
+
     def nodes_of_interest(self, state: ClusterState, ops: NodeOperator, shown: str) -> list[Node]:
-        """The nodes of ``scontrol show node -o`` that may need a decision: all but those in plain
-        service (up, no flag, no reason) whose slurmd the provider sees alive and that the agent
-        has no business with (spares, a node it rebooted or opened a ticket for)."""
-        ours = {n.name: n for n in state.nodes}
-        watched = set(self.reboots) | set(self.settling)
-        out: list[Node] = []
-        for line in shown.splitlines():
-            if not line.startswith("NodeName="):
-                continue
-            name = line[9 : line.find(" ")]
-            n = ours.get(name)
-            if n is None or not n.slurm:
-                continue
-            plain = "Reason=" not in line and any(h in line for h in _HEALTHY)
-            quiet = plain and not n.spare and n.status == "Running" and name not in watched
-            if quiet and ops.daemon_alive(n):
-                self.silent_since.pop(name, None)
-                continue
-            out.extend(parse_show_node(line))
-        return out
+        return observe.nodes_of_interest(self, state, ops, shown)
 
     def node_views(self, state: ClusterState, live: list[Node], ops: NodeOperator) -> list[NodeView]:
-        by_name = {n.name: n for n in live}
-        views = []
-        updated = updating_now(state)  # drained, restarted or made by a `cluster update`: its own
-        for back in self.was_updating - updated:  # just handed back, its slurmd new: as after ours
-            self.settling[back] = self.clock() + act.SETTLE_S
-        self.was_updating = updated
-        for n in state.nodes:
-            s = by_name.get(n.name)
-            if s is None or n.name in self.acting or n.name in updated:
-                continue
-            if n.status == "NeedsHardware" and s.available:
-                self._ticket_closed(n.name, s)
-                continue
-            if n.status in ("Failed", "Replacing", "Rebooting", "NeedsHardware"):
-                continue
-            if s.available and not s.reason:
-                self.reboots.pop(n.name, None)
-            flags = s.flags
-            if "NOT_RESPONDING" in flags:
-                self.silent_since.setdefault(n.name, self.clock())
-            else:
-                self.silent_since.pop(n.name, None)
-            if self.clock() < self.settling.get(n.name, 0.0):
-                # just restarted: Slurm shows it not responding (idle*) for a second or so after
-                # `state=resume`; its own slurmd is watched meanwhile (daemon_alive)
-                flags = tuple(f for f in flags if f != "NOT_RESPONDING")
-            else:
-                self.settling.pop(n.name, None)
-            views.append(
-                NodeView(
-                    name=n.name,
-                    group=n.group,
-                    state=s.state,
-                    flags=flags,
-                    reason=s.reason,
-                    spare=n.spare,
-                    reboots=self.reboots.get(n.name, 0),
-                    daemon_alive=ops.daemon_alive(n),
-                    not_responding_s=self.clock() - self.silent_since.get(n.name, self.clock()),
-                )
-            )
-        return views
-
-    def _ticket_closed(self, node: str, live: Node) -> None:
-        """An operator repaired the node and resumed it: it is ours to watch again."""
-        with self._update() as state:
-            n = state.node(node)
-            n.status, n.since = "Running", self.clock()
-            n.last_action = f"ticket closed: back in service ({live.display_state})"
-        why = "back in service after its ticket (an operator resumed it)"
-        self.log({"kind": "ticket", "nodes": [node], "job": None, "phase": "closed", "reason": why})
+        return observe.node_views(self, state, live, ops)
 
     def job_views(self, state: ClusterState, jobs: list[Job]) -> list[JobView]:
-        """Running jobs that may have hung. A job that beat within its hang timeout cannot have,
-        so its files are not read again until that much time has passed since its last beat."""
-        now = self.clock()
-        directory = heartbeat_dir(state)
-        views = []
-        running = set()
-        for job in jobs:
-            if job.state != "RUNNING":
-                continue
-            jid = str(job.id)
-            running.add(jid)
-            # this attempt's start: Slurm's StartTime (only RUNNING's is the attempt's own), not when
-            # this agent first saw it: a plain-sbatch job is seen up to a calm pass late, and a
-            # restarted agent late by its downtime; a job that hung meanwhile was never watched
-            started = catalog_jobs.slurm_time_ns(job.fields.get("StartTime", ""))
-            first = self.running_since.setdefault(
-                (job.id, job.restarts), now if started is None else min(now, started / 1e9)
-            )
-            newest = self.beat_at.get(jid)
-            due = (
-                now - self.beat_read.get(jid, -math.inf) >= UNSEEN_RECHECK_S
-                if newest is None or newest < first
-                else now - newest > self.policy.hang_timeout_s
-            )
-            if due:
-                self.beat_read[jid] = now
-                tasks = job.fields.get("NumTasks", "")
-                found = heartbeat.newest(directory, jid, int(tasks) if tasks.isdigit() else 0)
-                if found is not None:
-                    newest = self.beat_at[jid] = found
-            # watched from its first beat of this attempt on: one still starting (importing torch,
-            # loading its checkpoint) is not hung, and the beats of the attempt before are stale
-            if newest is None or newest < first:
-                continue
-            nodes = tuple(job.nodes.split(",")) if job.nodes else ()
-            views.append(JobView(jid, nodes, now - newest, job.restarts))
-        for gone in set(self.beat_at) - running:
-            self.beat_at.pop(gone, None)
-            self.beat_read.pop(gone, None)
-        return views
+        return observe.job_views(self, state, jobs)
 
     def watch_stragglers(self, state: ClusterState, jobs: list[Job]) -> list[Action]:
         """Stragglers named, profiled and cleared (``recovery.straggler_watch``)."""

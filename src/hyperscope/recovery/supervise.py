@@ -61,7 +61,7 @@ def supervise(agent: Agent, state: ClusterState) -> list[Action]:
     keeper.ensure(agent.home, state)  # the agent's own keeper (it, in turn, restarts this agent)
     if state.provider == "existing":
         return _loops(agent, state) + _adopted(agent, state)
-    from hyperscope.cluster.ssh import Hosts, settings  # the ssh provider's only
+    from hyperscope.cluster.ssh_hosts import Hosts, settings  # the ssh provider's only
 
     hosts = Hosts(settings(state))
     dead = ssh_ctld.dead(hosts, state)

@@ -10,13 +10,22 @@
  * plugstack.conf:  required /path/auto_resume.so scontrol=/usr/bin/scontrol conf=/etc/slurm/slurm.conf log=/shared/auto-resume.log
  *
  * Every decision is one line in the log file: "<unix time> job=<id> step=<id> task=<rank>
- * status=<exit> attempt=<k> of=<N> action=requeue|give-up|usage-error|cannot-requeue".
+ * status=<exit> attempt=<k> of=<N> action=requeue|give-up|usage-error|cannot-requeue|skip", a
+ * skip followed by " reason=<why>".
  *
  * Not requeued: a usage error (exit status 2, as argparse and the shell's builtins exit, 64
  * EX_USAGE, 126 not executable, 127 not found) fails again on every attempt, so a requeue would
  * only spend the attempts ("usage-error"); and a step outside a batch job (srun straight from a
  * shell: only a batch job can be requeued) says so when it starts and when a task fails
  * ("cannot-requeue").
+ *
+ * Not requeued again: a job someone already requeued. hyperscope's agent requeues a hung job, and
+ * Slurm one whose node died; either way slurmstepd then kills the other tasks (SIGTERM: status
+ * 143), and each such death is a failed task here. For a task ended by a signal, the plugin asks slurmctld
+ * (`scontrol show job`): once the job's Restarts has moved past this attempt, the attempt is over,
+ * so it logs "action=skip reason=already-requeued" and runs no second requeue of it (nor logs a
+ * give-up at the last attempt: the job goes on). Where slurmctld does not answer, it decides as
+ * before.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -154,6 +163,63 @@ static int first_to_act(uint32_t job, int attempt)
     return 1;
 }
 
+/* The job's Restarts as slurmctld has it now (`scontrol show job -o`: slurmctld counts a requeue
+ * the moment it accepts it, before the job's tasks are killed), or -1 when it does not answer. */
+static int restarts_now(uint32_t job)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, STDERR_FILENO);
+        if (*conf)
+            setenv("SLURM_CONF", conf, 1);
+        char id[32];
+        snprintf(id, sizeof id, "%u", job);
+        execlp(scontrol, scontrol, "show", "job", "-o", id, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char out[16384];
+    size_t len = 0;
+    for (;;) { /* read it all, keeping the start (Restarts= is near it), so scontrol never blocks */
+        char scrap[4096];
+        int room = len < sizeof out - 1;
+        ssize_t got = read(fds[0], room ? out + len : scrap, room ? sizeof out - 1 - len : sizeof scrap);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        if (room)
+            len += (size_t)got;
+    }
+    close(fds[0]);
+    out[len] = '\0';
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return -1;
+    const char *at = strstr(out, " Restarts=");
+    return at ? atoi(at + 10) : -1;
+}
+
+/* Ended by a signal (or a shell's 128+SIGTERM/SIGKILL): how a requeue ends the tasks it kills. Only
+ * then is slurmctld asked; a task that failed on its own is requeued without that extra round trip. */
+static int killed(int status)
+{
+    return WIFSIGNALED(status) || (WIFEXITED(status) && (WEXITSTATUS(status) == 143 || WEXITSTATUS(status) == 137));
+}
+
 static int requeue(uint32_t job)
 {
     pid_t pid = fork();
@@ -190,13 +256,18 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         return 0;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const char *action = attempt <= auto_resume ? "requeue" : "give-up";
+    const char *why = "";
     if (!in_batch_job(sp))
         action = "cannot-requeue";
     else if (WIFEXITED(status) && usage_error(code))
         action = "usage-error";
-    char line[256];
-    snprintf(line, sizeof line, "%ld job=%u step=%u task=%u status=%d attempt=%d of=%d action=%s\n",
-             (long)time(NULL), job, step, rank, code, attempt, auto_resume + 1, action);
+    else if (killed(status) && restarts_now(job) >= attempt) { /* a give-up too: the job goes on */
+        action = "skip"; /* the agent's requeue, or Slurm's for a dead node, ended this task */
+        why = " reason=already-requeued";
+    }
+    char line[300];
+    snprintf(line, sizeof line, "%ld job=%u step=%u task=%u status=%d attempt=%d of=%d action=%s%s\n",
+             (long)time(NULL), job, step, rank, code, attempt, auto_resume + 1, action, why);
     log_line(line);
     if (strcmp(action, "cannot-requeue") == 0)
         slurm_error("hyperscope: job %u task %u exited %d: not a batch job, so it cannot be requeued "
@@ -204,6 +275,9 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     else if (strcmp(action, "usage-error") == 0)
         slurm_error("hyperscope: job %u task %u exited %d, a usage error: it fails the same way on every "
                     "attempt, so the job is not requeued", job, rank, code);
+    else if (*why)
+        slurm_info("hyperscope: job %u task %u exited %d: the job was already requeued (by hyperscope's "
+                   "agent or by Slurm): not requeued again", job, rank, code);
     else
         slurm_info("hyperscope: job %u step %u task %u exited %d: attempt %d of %d: %s", job, step, rank,
                    code, attempt, auto_resume + 1, action);
