@@ -231,3 +231,38 @@ def test_a_job_the_agent_requeued_is_not_requeued_again_by_the_plugin(
     # once per attempt whichever task died first: the agent's requeue ended attempt 1
     assert len(lines) == 1, lines
     assert re.search(r" attempt=1 of=2 action=skip reason=already-requeued$", lines[0]), lines
+
+
+def test_a_job_the_operator_cancelled_is_not_requeued_by_the_plugin(
+    local_cluster: Callable[..., ClusterState], tmp_path: Path
+) -> None:
+    """``scancel`` ends the tasks by SIGTERM/SIGKILL, each a failed task to the plugin; a requeue
+    then would override the operator's own action: the job stays CANCELLED, run once, and a ``skip``."""
+    state = local_cluster()
+    script, out, runs = tmp_path / "beat.py", tmp_path / "job.out", tmp_path / "runs"
+    script.write_text(_BEATING)
+    wrap = f"echo run >> {runs}; srun --auto-resume=2 {sys.executable} {script}"
+    slurm = Slurm(Path(state.slurm_conf))
+    done = slurm.run("sbatch", "--parsable", "-N1", "--open-mode=append", "-o", str(out), "--wrap", wrap)
+    job_id = int(done.stdout.strip().split(";")[0])
+    beats = Path(state.shared_dir) / "hyperscope" / "heartbeats"
+    wait_for("the task's heartbeat", lambda: (beats / f"{job_id}.0").exists())
+    slurm.run("scancel", str(job_id))
+
+    job = wait_for("the job to end", lambda: _finished(state, job_id))
+    assert isinstance(job, Job) and job.state == "CANCELLED", job
+    log = hooks.auto_resume_log(state)
+
+    def lines() -> list[str]:
+        text = log.read_text() if log.exists() else ""
+        return [ln for ln in text.splitlines() if f" job={job_id} " in ln]
+
+    wait_for("the plugin's decision", lines)
+    # the plugin's scontrol calls (if any) ran in the job's slurmstepd: wait until it is gone
+    wait_for("the job's processes to end", lambda: not processes_with_env([f"SLURM_JOB_ID={job_id}"]))
+    job = _job(state, job_id)
+    assert job.state == "CANCELLED" and job.restarts == 0, job
+    assert runs.read_text().splitlines() == ["run"]  # the batch script never ran again
+    decided = lines()
+    assert len(decided) == 1, decided
+    assert re.search(r" attempt=1 of=3 action=skip reason=cancelled$", decided[0]), decided

@@ -11,7 +11,7 @@
  *
  * Every decision is one line in the log file: "<unix time> job=<id> step=<id> task=<rank>
  * status=<exit> attempt=<k> of=<N> action=requeue|give-up|usage-error|cannot-requeue|skip", a
- * skip followed by " reason=<why>".
+ * skip followed by " reason=already-requeued|cancelled".
  *
  * Not requeued: a usage error (exit status 2, as argparse and the shell's builtins exit, 64
  * EX_USAGE, 126 not executable, 127 not found) fails again on every attempt, so a requeue would
@@ -26,6 +26,12 @@
  * so it logs "action=skip reason=already-requeued" and runs no second requeue of it (nor logs a
  * give-up at the last attempt: the job goes on). Where slurmctld does not answer, it decides as
  * before.
+ *
+ * Never requeued: a job the operator cancelled (scancel ends its tasks by SIGTERM/SIGKILL, and
+ * Slurm 22.05 accepts a requeue of the CANCELLED, COMPLETING job: the cancel would be overridden).
+ * The same answer gives JobState=CANCELLED, or COMPLETING with Reason=None while the tasks are
+ * killed (Slurm sets a Reason when a time limit or a dead node ends a job, TimeLimit or NodeDown:
+ * those are left to decide as before, untested), so it logs "action=skip reason=cancelled".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -163,10 +169,25 @@ static int first_to_act(uint32_t job, int attempt)
     return 1;
 }
 
-/* The job's Restarts as slurmctld has it now (`scontrol show job -o`: slurmctld counts a requeue
- * the moment it accepts it, before the job's tasks are killed), or -1 when it does not answer. */
-static int restarts_now(uint32_t job)
+/* The value of " KEY=" in `scontrol show job -o`'s line into value ("" when it is not there). */
+static void field(const char *line, const char *key, char *value, size_t size)
 {
+    *value = '\0';
+    const char *at = strstr(line, key);
+    if (!at)
+        return;
+    at += strlen(key);
+    size_t n = strcspn(at, " \n");
+    snprintf(value, size, "%.*s", (int)(n < size ? n : size - 1), at);
+}
+
+/* The job's Restarts as slurmctld has it now (`scontrol show job -o`: slurmctld counts a requeue
+ * the moment it accepts it, before the job's tasks are killed), or -1 when it does not answer; and
+ * whether slurmctld is ending it for a cancel (scancel): JobState=CANCELLED or, while its tasks
+ * are being killed, COMPLETING with Reason=None (Slurm 22.05 shows only the COMPLETING flag). */
+static int job_now(uint32_t job, int *cancelled)
+{
+    *cancelled = 0;
     int fds[2];
     if (pipe(fds) != 0)
         return -1;
@@ -209,6 +230,10 @@ static int restarts_now(uint32_t job)
     int status = 0;
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return -1;
+    char state[64], reason[64];
+    field(out, " JobState=", state, sizeof state);
+    field(out, " Reason=", reason, sizeof reason);
+    *cancelled = strcmp(state, "CANCELLED") == 0 || (strcmp(state, "COMPLETING") == 0 && strcmp(reason, "None") == 0);
     const char *at = strstr(out, " Restarts=");
     return at ? atoi(at + 10) : -1;
 }
@@ -261,9 +286,16 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         action = "cannot-requeue";
     else if (WIFEXITED(status) && usage_error(code))
         action = "usage-error";
-    else if (killed(status) && restarts_now(job) >= attempt) { /* a give-up too: the job goes on */
-        action = "skip"; /* the agent's requeue, or Slurm's for a dead node, ended this task */
-        why = " reason=already-requeued";
+    else if (killed(status)) {
+        int cancelled = 0;
+        int restarts = job_now(job, &cancelled);
+        if (restarts >= attempt) { /* a give-up too: the job goes on */
+            action = "skip"; /* the agent's requeue, or Slurm's for a dead node, ended this task */
+            why = " reason=already-requeued";
+        } else if (restarts >= 0 && cancelled) { /* the operator's scancel: never overridden */
+            action = "skip";
+            why = " reason=cancelled";
+        }
     }
     char line[300];
     snprintf(line, sizeof line, "%ld job=%u step=%u task=%u status=%d attempt=%d of=%d action=%s%s\n",
@@ -275,6 +307,9 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     else if (strcmp(action, "usage-error") == 0)
         slurm_error("hyperscope: job %u task %u exited %d, a usage error: it fails the same way on every "
                     "attempt, so the job is not requeued", job, rank, code);
+    else if (strcmp(why, " reason=cancelled") == 0)
+        slurm_info("hyperscope: job %u task %u exited %d: the job was cancelled (scancel): not requeued",
+                   job, rank, code);
     else if (*why)
         slurm_info("hyperscope: job %u task %u exited %d: the job was already requeued (by hyperscope's "
                    "agent or by Slurm): not requeued again", job, rank, code);
