@@ -26,7 +26,7 @@ import duckdb
 from hyperscope.errors import StoreError, TraceFormatError, UsageError
 from hyperscope.schema.events import MAX_NODE_CHARS, MAX_NS, MAX_RANK
 from hyperscope.schema.layout import RankMeta
-from hyperscope.store import _sql
+from hyperscope.store import _creader, _sql
 from hyperscope.store._tracefile import Chunk, TraceFile
 from hyperscope.store._validate import exact_json, fast_path_safe
 
@@ -119,12 +119,17 @@ class Importer:
         the files and keeps at most ``WORKERS`` chunks in flight.
         """
         local = threading.local()
+        compiled = _creader.available()
 
         def work(batch: list[_Item]) -> None:
             con = getattr(local, "con", None)
             if con is None:
                 con = local.con = self.con.cursor()
                 con.execute("SET enable_progress_bar = false")
+            if compiled:  # the compiled reader first; what it gives back takes the DuckDB path
+                batch = [item for item in batch if not self._add_columns(con, *item)]
+            if not batch:
+                return
             if len(batch) == 1 or not self._add_batch(con, batch):
                 for item in batch:
                     self._add_chunk(con, *item)
@@ -284,6 +289,22 @@ class Importer:
         for name in names:
             Path(name).unlink()
         return fast
+
+    def _add_columns(
+        self, con: duckdb.DuckDBPyConnection, path: Path, chunk: Chunk, fast: bool, meta: RankMeta
+    ) -> bool:
+        """The chunk's rows through the compiled reader (``_creader``); False, with nothing staged,
+        when it gives the chunk back (the DuckDB path then reads it, and names what is wrong)."""
+        table = _creader.read_columns(chunk.text, chunk.count) if fast else None
+        if table is None:
+            return False
+        name = f"hs_columns_{threading.get_ident()}"
+        con.register(name, table)
+        try:
+            con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows_from_columns(name, meta.rank, meta.node)}")
+        finally:
+            con.unregister(name)
+        return True
 
     def _add_chunk(
         self, con: duckdb.DuckDBPyConnection, path: Path, chunk: Chunk, fast: bool, meta: RankMeta
