@@ -131,6 +131,14 @@ def test_any_separator_and_whitespace_inside_events(tmp_path: Path, sep: str) ->
         '{"ph":"i","name":"a","ts":1,"args":{"correlation":18446744073709551615}}',
         '{"ph":"i","cat":null,"name":"a","ts":1}',
         '{"ph":"i","name":"a","ts":1,"bp":null}',
+        # what DuckDB's lenient reader would misread (fast_path_safe): the exact path decides
+        '{"ph":"i","name":"a","ts":1,"args":{"x":1e300}}',
+        '{"ph":"i","name":"a","ts":1,"args":{"x":1E-400}}',
+        '{"ph":"i","name":"a","ts":1,"args":{"x":12345678901234567890}}',
+        '{"ph":"i","name":"a","ts":1,"args":{"x":NaN}}',
+        '{"ph":"i","name":"a","ts":1,"args":{"x":[1,]}}',
+        '{"ph":"i","name":"a","ts":"1"}',
+        '{"ph":"i","name":"a","ts":true}',
     ],
 )
 def test_what_it_cannot_answer_for_goes_back_to_duckdb(event: str) -> None:

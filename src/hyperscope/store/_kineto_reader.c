@@ -10,7 +10,10 @@
  * code) on anything else: an unknown or duplicate key, a pid that is not an integer, a time with an
  * exponent, an integer beyond int64, a lone surrogate, ... The caller then takes the DuckDB path,
  * which accepts or refuses the chunk as before, with its errors. So this file never decides
- * whether an event is valid; it only decides whether it may answer for the chunk.
+ * whether an event is valid; it only decides whether it may answer for the chunk. What it accepts
+ * is also safe for DuckDB's lenient reader (store/_validate.fast_path_safe): no number beyond
+ * int64 or with a three-digit exponent, no NaN, no trailing comma, no string or boolean time; so
+ * that check is only made for the chunks it gives back.
  *
  * args are written back as DuckDB (yyjson) writes them: minified, keys in source order, strings
  * re-escaped ("\/" -> "/", \uXXXX -> UTF-8, control characters as \n or \u001F), doubles in their
@@ -224,8 +227,11 @@ static int number_span(cursor *c, const char **start, int64_t *len, int *is_int)
         *is_int = 0;
         p++;
         if (p < end && (*p == '+' || *p == '-')) p++;
-        if (p >= end || *p < '0' || *p > '9') return BAIL;
+        const char *digits = p;
         while (p < end && *p >= '0' && *p <= '9') p++;
+        /* three exponent digits may overflow or underflow a double, which the exact path refuses
+         * (the same rule as _validate.fast_path_safe) */
+        if (p == digits || p - digits > 2) return BAIL;
     }
     *len = p - *start;
     c->p = p;
