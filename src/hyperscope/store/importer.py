@@ -1,11 +1,12 @@
 """Import of Kineto / Chrome-trace JSON files into one profile.
 
-Each file is streamed in chunks (``_tracefile``); each chunk (or a batch of small files' chunks,
-read in one statement) becomes typed rows through DuckDB (``_sql``) and lands in an unsorted
-staging table. Chunks that DuckDB's lenient reader cannot be
-trusted with go through the exact parser (``_validate``), which also names what is wrong. Once every
-file has been read, ``profile.write_events`` sorts the rows into the profile's events file. Memory
-stays bounded by the chunk size and DuckDB's memory limit, whatever the size of the trace.
+Each file is streamed in chunks (``_tracefile``); each chunk becomes typed rows through the
+compiled reader (``_creader``) where it can answer for the chunk, else (or a batch of small files'
+chunks, read in one statement) through DuckDB (``_sql``), and lands in an unsorted staging table.
+Chunks that DuckDB's lenient reader cannot be trusted with go through the exact parser
+(``_validate``), which also names what is wrong. Once every file has been read,
+``profile.write_events`` sorts the rows into the profile's events file. Memory stays bounded by
+the chunk size and DuckDB's memory limit, whatever the size of the trace.
 
 Any error leaves nothing behind: the staging directory is removed and the catalog is not touched.
 """
