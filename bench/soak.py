@@ -93,6 +93,18 @@ def start_server(
     raise SystemExit(f"the server did not start: {(logs / 'server-err.txt').read_text()[-2000:]}")
 
 
+def rss_parts(pid: int) -> tuple[int, int]:
+    """The process's resident bytes, anonymous and file-backed (``/proc/PID/status``; zeros where
+    there is none): a peak of library pages is not one of the heap."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0, 0
+    kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in status.splitlines())
+          if k in ("RssAnon", "RssFile", "RssShmem")}  # fmt: skip
+    return kb.get("RssAnon", 0) << 10, (kb.get("RssFile", 0) + kb.get("RssShmem", 0)) << 10
+
+
 def get(con: http.client.HTTPConnection, path: str) -> tuple[int, bytes]:
     con.request("GET", path, headers={"Accept-Encoding": "gzip"})
     answer = con.getresponse()
@@ -269,8 +281,10 @@ def main() -> None:
         for t in threads:
             t.start()
         rss: list[tuple[float, int]] = []
+        parts: list[tuple[int, int]] = []  # (anonymous, file-backed) bytes at each sample
         while any(t.is_alive() for t in threads):
             rss.append((time.monotonic() - started, server.memory_info().rss))
+            parts.append(rss_parts(proc.pid))
             time.sleep(2.0)
         for t in threads:
             t.join()
@@ -280,6 +294,10 @@ def main() -> None:
         client_cpu = sum(os.times()[:2]) - client_cpu0
         warm = [m for s, m in rss if s >= duration / 5]
         warm_rss, end_rss, peak_rss = warm[0], warm[-1], max(warm)
+        # where the peak is: anonymous memory (heap, arenas, DuckDB, arrays) or mapped files
+        # (libraries' code, read as it runs), at the baseline's sample and the peak's
+        first = len(rss) - len(warm)
+        at_peak = parts[first + warm.index(peak_rss)]
         growth = (peak_rss - warm_rss) / warm_rss
         # beside the target's peak (which a dashboard computing at that moment makes): the trend,
         # the median of the second fifth of the run against that of the last
@@ -314,6 +332,11 @@ def main() -> None:
             f"{fifth[1] / 2**20:.0f} MB ({(fifth[1] - fifth[0]) / fifth[0]:+.1%}); after warm-up "
             f"{min(warm) / 2**20:.0f} to {peak_rss / 2**20:.0f} MB "
             f"(median {statistics.median(warm) / 2**20:.0f})"
+        )
+        print(
+            f"server RSS at the baseline and at the peak: anonymous {parts[first][0] / 2**20:.0f} → "
+            f"{at_peak[0] / 2**20:.0f} MB, file-backed {parts[first][1] / 2**20:.0f} → "
+            f"{at_peak[1] / 2**20:.0f} MB"
         )
         print(
             f"p99 of cached dashboards and tiles: {p99:.1f} ms (target ≤ {P99_TARGET_MS:g}); server RSS "
@@ -366,6 +389,7 @@ def main() -> None:
                     "max": peak_rss / 2**20,
                 },
                 "rss_series_mb": [[round(s, 1), round(m / 2**20, 1)] for s, m in rss],
+                "rss_anon_file_series_mb": [[round(a / 2**20, 1), round(f / 2**20, 1)] for a, f in parts],
                 "server_alive": alive,
                 "server_cpu_s": server_cpu,
                 "client_cpu_s": client_cpu,
