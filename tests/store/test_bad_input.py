@@ -705,8 +705,9 @@ def test_disk_full(where: str, base: Baseline, tmp_path: Path, monkeypatch: pyte
         monkeypatch.setattr(Path, "open", _fail_writes(lambda p: _in_staging(p) and p.name == "meta.json"))
     elif where == "parquet-writer":
         monkeypatch.setattr(pq.ParquetWriter, "write_table", _enospc)
-    else:
+    else:  # the DuckDB insert of either reader (the compiled one's columns, or SQL's rows)
         monkeypatch.setattr(Importer, "_add_chunk", _duckdb_disk_full)
+        monkeypatch.setattr(Importer, "_add_columns", _duckdb_disk_full)
     exc = import_fails(base, [path], StoreError)
     assert "disk full" in str(exc) and "nothing was stored" in str(exc)
     assert str(base.home) in str(exc)

@@ -37,6 +37,7 @@ def _round_trip(tmp_path: Path, path: Path) -> None:
     assert normalized_events(load(exported[0])) == normalized_events(original)
 
 
+@pytest.mark.usefixtures("both_readers")  # the compiled reader and DuckDB's SQL alone
 @pytest.mark.parametrize("chunk_bytes", [3_000, 16 << 20])
 def test_events_separated_by_different_whitespace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
@@ -54,6 +55,7 @@ def test_events_separated_by_different_whitespace(
     _round_trip(tmp_path, path)
 
 
+@pytest.mark.usefixtures("both_readers")  # the compiled reader and DuckDB's SQL alone
 @pytest.mark.parametrize("chunk_bytes", [2_000, 16 << 20])
 def test_indent_0_with_lists_of_objects_in_args(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int

@@ -158,9 +158,39 @@ def rows_by_file(files: dict[str, tuple[int, str]]) -> str:
     return _rows(f"(CASE filename {ranks} END)::INTEGER", f"(CASE filename {nodes} END)")
 
 
-def _rows(rank: str, node: str) -> str:
+def _memcpy_kind() -> str:
     memcpy = "|".join(MEMCPY_KINDS)
     memcpy_cats = ", ".join(quote(c) for c in categories_of(EventKind.MEMCPY))
+    return (
+        f"CASE WHEN cat_s IN ({memcpy_cats}) THEN nullif(regexp_extract(name_s, '({memcpy})', 1), '') END"
+        " AS memcpy_kind"
+    )
+
+
+def rows_from_columns(table: str, rank: int, node: str) -> str:
+    """Final rows of the compiled reader's columns (``_creader.COLUMNS``) in ``table``: the same
+    rows ``rows`` gives for the same events, with rank, node, kind and memcpy_kind added here."""
+    cols = [
+        f"{int(rank)}::INTEGER AS rank",
+        f"{quote(node)} AS node",
+        "pid_i AS pid",
+        "tid_i AS tid",
+        f"{kind_case()} AS kind",
+        "cat_s AS cat",
+        "ph_s AS ph",
+        "name_s AS name",
+        "ts_ns",
+        "dur_ns",
+        "id_i AS flow_id",
+        _memcpy_kind(),
+    ]
+    cols += [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]
+    cols += ["args", "extra"]
+    return "SELECT " + ",\n  ".join(cols) + f" FROM {table}"
+
+
+def _rows(rank: str, node: str) -> str:
+    paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
     paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
     typed = _typed_args()
     cols = [
@@ -175,8 +205,7 @@ def _rows(rank: str, node: str) -> str:
         "CAST(ts * 1000 AS BIGINT) AS ts_ns",
         "CAST(dur * 1000 AS BIGINT) AS dur_ns",
         "id_i AS flow_id",
-        f"CASE WHEN cat_s IN ({memcpy_cats}) THEN nullif(regexp_extract(name_s, '({memcpy})', 1), '') END"
-        " AS memcpy_kind",
+        _memcpy_kind(),
     ]
     cols += [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]
     moved = ", ".join(
