@@ -147,10 +147,16 @@ def test_ctrl_c_stops_every_worker_and_stores_nothing(
     write_job(tmp_path / "job", SynthSpec(ranks=2, steps=2, ops_per_step=20))
     _held_workers(monkeypatch)
     before = {c.pid for c in psutil.Process().children()}
-    thread = _when_workers_run(lambda _: os.kill(os.getpid(), signal.SIGINT))
-    with Store(tmp_path / "home") as store, pytest.raises(KeyboardInterrupt):
-        store.import_traces([tmp_path / "job"], "j")
-    thread.join()
+    # a shell's background job starts with SIGINT ignored (a CI runner may start the suite so): the
+    # test sets Python's own Ctrl-C handler, or the signal would be lost and the import wait forever
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        thread = _when_workers_run(lambda _: os.kill(os.getpid(), signal.SIGINT))
+        with Store(tmp_path / "home") as store, pytest.raises(KeyboardInterrupt):
+            store.import_traces([tmp_path / "job"], "j")
+        thread.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     _no_new_children(before)
     _nothing_stored(tmp_path / "home")
 
