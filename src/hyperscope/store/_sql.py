@@ -191,7 +191,6 @@ def rows_from_columns(table: str, rank: int, node: str) -> str:
 
 def _rows(rank: str, node: str) -> str:
     paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
-    paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
     typed = _typed_args()
     cols = [
         f"{rank} AS rank",
