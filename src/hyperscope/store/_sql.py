@@ -167,31 +167,9 @@ def _memcpy_kind() -> str:
     )
 
 
-def rows_from_columns(table: str, rank: int, node: str) -> str:
-    """Final rows of the compiled reader's columns (``_creader.COLUMNS``) in ``table``: the same
-    rows ``rows`` gives for the same events, with rank, node, kind and memcpy_kind added here."""
-    cols = [
-        f"{int(rank)}::INTEGER AS rank",
-        f"{quote(node)} AS node",
-        "pid_i AS pid",
-        "tid_i AS tid",
-        f"{kind_case()} AS kind",
-        "cat_s AS cat",
-        "ph_s AS ph",
-        "name_s AS name",
-        "ts_ns",
-        "dur_ns",
-        "id_i AS flow_id",
-        _memcpy_kind(),
-    ]
-    cols += [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]
-    cols += ["args", "extra"]
-    return "SELECT " + ",\n  ".join(cols) + f" FROM {table}"
-
-
-def _rows(rank: str, node: str) -> str:
-    paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
-    typed = _typed_args()
+def _typed_columns(rank: str, node: str, ts_ns: str, dur_ns: str) -> list[str]:
+    """The stored columns up to the typed args, in the events table's order, shared by both
+    readers' final rows: only where rank, node and the times come from differs."""
     cols = [
         f"{rank} AS rank",
         f"{node} AS node",
@@ -201,12 +179,25 @@ def _rows(rank: str, node: str) -> str:
         "cat_s AS cat",
         "ph_s AS ph",
         "name_s AS name",
-        "CAST(ts * 1000 AS BIGINT) AS ts_ns",
-        "CAST(dur * 1000 AS BIGINT) AS dur_ns",
+        f"{ts_ns} AS ts_ns",
+        f"{dur_ns} AS dur_ns",
         "id_i AS flow_id",
         _memcpy_kind(),
     ]
-    cols += [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]
+    return cols + [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]
+
+
+def rows_from_columns(table: str, rank: int, node: str) -> str:
+    """Final rows of the compiled reader's columns (``_creader.COLUMNS``) in ``table``: the same
+    rows ``rows`` gives for the same events, with rank, node, kind and memcpy_kind added here."""
+    cols = [*_typed_columns(f"{int(rank)}::INTEGER", quote(node), "ts_ns", "dur_ns"), "args", "extra"]
+    return "SELECT " + ",\n  ".join(cols) + f" FROM {table}"
+
+
+def _rows(rank: str, node: str) -> str:
+    paths = ", ".join(quote(f'$."{c.key}"') for c in ARG_COLUMNS)
+    typed = _typed_args()
+    cols = _typed_columns(rank, node, "CAST(ts * 1000 AS BIGINT)", "CAST(dur * 1000 AS BIGINT)")
     moved = ", ".join(
         f"CASE WHEN v{i} IS NOT NULL THEN {quote(chr(34) + c.key + chr(34) + ':null')} END"
         for i, c in enumerate(ARG_COLUMNS, start=1)
