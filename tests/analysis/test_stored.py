@@ -12,11 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from hyperscope import Store
 from hyperscope import timeline as tl
 from hyperscope.analysis import dashboard, stored, to_json
+from hyperscope.analysis.collective_waits import collective_waits
+from hyperscope.analysis.filters import profile_filters
 from hyperscope.store.synth import SynthSpec, write_job
 
 FIXTURE = Path(__file__).parents[1] / "data" / "h200_capture"
@@ -128,10 +131,13 @@ def test_precompute_keeps_the_index_once(home: Path, monkeypatch: pytest.MonkeyP
     assert (
         stored.precompute_job(home, "h200-transformer", report=lambda what, s: heard.append(what)) is not None
     )
-    assert heard == ["dashboard computed", "memory view computed", "timeline index built"]
+    assert heard == ["dashboard computed", "memory view, waits and filters computed", "timeline index built"]
     with Store(home) as store:
         profile = store.profile("h200-transformer")
-    assert stored.load_memory_view(profile) is not None  # kept beside the dashboard
+    # kept beside the dashboard: what the dashboard page asks with it
+    assert stored.load_memory_view(profile) is not None
+    assert stored.load_waits(profile) == orjson.loads(orjson.dumps(collective_waits(profile).to_dict()))
+    assert stored.load_filters(profile) == profile_filters(profile)
     where = tl.index.index_dir(profile)
     assert (where / tl.index.META).is_file() and where.parent.name == "derived"
     monkeypatch.setattr(tl.index, "build", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rebuilt")))
@@ -166,3 +172,21 @@ def test_the_import_summary_counts_everything_kept(
     total = sum(p.stat().st_size for p in files)
     scale = 1e3 if said.group(2) == "KB" else 1e6
     assert abs(float(said.group(1).replace(",", "")) * scale - total) <= scale * 0.05 + 1
+
+
+def test_a_failed_side_answer_leaves_the_others(
+    home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The waits fail to compute: a warning names them, the memory view and filters are kept."""
+    with Store(home) as store:
+        profile = store.profile("h200-transformer")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no collectives today")
+
+    monkeypatch.setattr(stored, "collective_waits", broken)
+    with caplog.at_level(logging.WARNING, logger="hyperscope.analysis"):
+        assert stored.precompute_side_answers(profile) == ["memory view", "filters"]
+    assert "waits" in caplog.text and "no collectives today" in caplog.text
+    assert stored.load_waits(profile) is None
+    assert stored.load_memory_view(profile) is not None and stored.load_filters(profile) is not None

@@ -87,3 +87,39 @@ def test_the_whole_memory_view_is_read_from_what_import_kept(tmp_path: Path) -> 
     path.write_bytes(b"not zstd")  # a damaged file is computed again, not served
     with local(create_app(home, static_dir=tmp_path / "no-bundle")) as client:
         assert client.get(base).json() == kept
+
+
+def test_the_whole_waits_and_filters_are_read_from_what_import_kept(tmp_path: Path) -> None:
+    """The dashboard page asks the collectives' waits and the filters beside the dashboard: a
+    finished profile's whole-profile answers are read from what `import` kept (the mark shows),
+    a scoped one is computed, and a damaged file is computed again, not served."""
+    from hyperscope import Store
+    from hyperscope.analysis import stored
+    from hyperscope.server import create_app
+    from hyperscope.store.derived import read_packed, write_packed
+    from hyperscope.store.synth import SynthSpec, write_job
+    from tests.server.conftest import local
+
+    home = tmp_path / "home"
+    with Store(home) as store:
+        report = store.import_traces(write_job(tmp_path / "traces", SynthSpec(ranks=2, steps=3)), "kept")
+    profile = Profile.open(profile_dir(home, report.profile.id))
+    stored.precompute_job(home, "kept")
+    waits, filters = stored.waits_path(profile), stored.filters_path(profile)
+    computed = {"waits": stored.load_waits(profile), "filters": stored.load_filters(profile)}
+    assert computed["filters"] is not None and computed["filters"]["ranks"] == [0, 1]
+    assert computed["waits"] is not None
+    marked_waits = orjson.loads(read_packed(waits)) | {"notes": ["read from the kept file"]}
+    write_packed(waits, orjson.dumps(marked_waits))
+    marked_filters = orjson.loads(read_packed(filters)) | {"annotations": ["kept-mark"]}
+    write_packed(filters, orjson.dumps(marked_filters))
+    base = f"/api/profiles/{report.profile.id}"
+    with local(create_app(home, static_dir=tmp_path / "no-bundle")) as client:
+        assert client.get(f"{base}/collectives/waits").json()["notes"] == ["read from the kept file"]
+        assert client.get(f"{base}/collectives/waits?rank=0").json()["notes"] != ["read from the kept file"]
+        assert client.get(f"{base}/filters").json()["annotations"] == ["kept-mark"]
+    waits.write_bytes(b"not zstd")
+    filters.write_bytes(b"not zstd")
+    with local(create_app(home, static_dir=tmp_path / "no-bundle")) as client:
+        assert client.get(f"{base}/collectives/waits").json() == computed["waits"]
+        assert client.get(f"{base}/filters").json()["ranks"] == [0, 1]

@@ -286,6 +286,10 @@ export function dashboardPage(): DashboardPage {
     hooks.state = "loading";
     status.replaceChildren(h("span", { class: "muted" }, "Querying…"));
     const t0 = performance.now();
+    // the memory view, the collectives' waits and the added charts are asked at once with the
+    // dashboard (not after it: at 10M events they held the first render up by 1-2 s); each
+    // draws when its answer comes, and a later scope's answers win
+    const side = Promise.all([custom.refresh(id, scope), memory.refresh(id, scope), waits.refresh(id, scope)]);
     try {
       const answer = await getDashboard(id, scope, ctrl.signal);
       if (ctrl.signal.aborted || mine !== generation) return;
@@ -300,7 +304,7 @@ export function dashboardPage(): DashboardPage {
         }
       }
       linkBars(id);
-      await Promise.all([custom.refresh(id, scope), memory.refresh(id, scope), waits.refresh(id, scope)]);
+      const sideErrors = await side;
       if (mine !== generation) return;
       // wait for the browser to paint what ECharts drew
       await new Promise((r) => requestAnimationFrame(() => r(null)));
@@ -311,6 +315,7 @@ export function dashboardPage(): DashboardPage {
       );
       scopeText.textContent = "";
       clearError();
+      for (const err of sideErrors.slice(1)) if (err) showError(err);
       setView(id, {
         node: scope.nodes,
         rank: scope.ranks.map(String),

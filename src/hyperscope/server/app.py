@@ -35,9 +35,9 @@ from hyperscope.analysis import (
     stored,
     to_json,
 )
-from hyperscope.analysis._common import STEP_NAME_SQL
 from hyperscope.analysis.dashboard import BUCKETS as DEFAULT_BUCKETS
 from hyperscope.analysis.dashboard import TOP_K as DEFAULT_TOP_K
+from hyperscope.analysis.filters import profile_filters
 from hyperscope.errors import JobNotFound, StoreError, UsageError
 from hyperscope.schema.layout import CATALOG_FILE
 from hyperscope.server import _gzip, auth, export, info, params, static, tables, timeline
@@ -55,7 +55,6 @@ from hyperscope.server.models import (
     JobDetailOut,
     JobListOut,
     ProfileOut,
-    StepRange,
 )
 from hyperscope.server.params import INT64_MAX, INT64_MIN
 from hyperscope.store.catalog import JobStatus
@@ -65,8 +64,6 @@ from hyperscope.timeline import index as timeline_index
 
 log = logging.getLogger("hyperscope.server")
 
-#: annotation names offered by the filter bar: most frequent first, then cut
-MAX_ANNOTATION_NAMES: Final = 1000
 #: the dashboard's defaults: the kernels and annotations listed, the utilization chart's buckets
 TOP_K: Final = DEFAULT_TOP_K
 BUCKETS: Final = DEFAULT_BUCKETS
@@ -128,9 +125,14 @@ def create_app(
         return hit, cache.profile(hit.ref.id, hit.live)
 
     def filters_answer(hit: ProfileHit, profile: Profile) -> FiltersOut:
-        found, _ = cache.answer(
-            (hit.ref.id, "filters"), hit.live, lambda: limits.run(profile, _filters, "listing the filters")
-        )
+        def compute() -> FiltersOut:
+            # kept beside a finished profile at import (analysis/stored.py), as its dashboard is
+            kept = None if hit.live else stored.load_filters(profile)
+            if kept is None:
+                kept = limits.run(profile, profile_filters, "listing the filters")
+            return FiltersOut.model_validate(kept)
+
+        found, _ = cache.answer((hit.ref.id, "filters"), hit.live, compute)
         return found
 
     def dashboard_answer(
@@ -342,27 +344,6 @@ def create_app(
     static.install(app, static_dir)
     prewarming.build_routes(app)
     return app
-
-
-def _filters(con: duckdb.DuckDBPyConnection) -> FiltersOut:
-    have = con.execute("SELECT DISTINCT rank, coalesce(node, '') FROM events ORDER BY 1, 2").fetchall()
-    step_range = con.execute(
-        "SELECT min(n), max(n) FROM (SELECT TRY_CAST(regexp_extract(name, $re, 1) AS BIGINT) AS n "
-        "FROM events WHERE kind = 'step') WHERE n IS NOT NULL",
-        {"re": STEP_NAME_SQL},
-    ).fetchone()
-    names = con.execute(
-        "SELECT name FROM events WHERE kind = 'annotation' AND name IS NOT NULL GROUP BY name "
-        f"ORDER BY count(*) DESC, name LIMIT {MAX_ANNOTATION_NAMES}"
-    ).fetchall()
-    lo, hi = step_range if step_range else (None, None)
-    return FiltersOut(
-        nodes=sorted({str(n) for _, n in have if n}),
-        ranks=sorted({int(r) for r, _ in have}),
-        steps=StepRange(min=int(lo), max=int(hi)) if lo is not None and hi is not None else None,
-        annotations=[str(n) for (n,) in names],
-        rank_nodes={str(r): sorted({str(n) for rr, n in have if rr == r}) for r in {r for r, _ in have}},
-    )
 
 
 def _annotation(

@@ -1,8 +1,10 @@
 """``GET /api/profiles/{id}/tables/{table}``: the Tables page's full tables (every kernel, CPU
 operator or annotation name in scope, :mod:`hyperscope.analysis.tables`), and ``GET
 /api/profiles/{id}/memory``: the dashboard's memory view (peaks, the allocation curve, the largest
-blocks alive at the peak: :mod:`hyperscope.analysis.memory_view`). Scoped as the dashboard is,
-under the server's time limit and row cap, cached for finished profiles."""
+blocks alive at the peak: :mod:`hyperscope.analysis.memory_view`) and ``GET
+/api/profiles/{id}/collectives/waits``. Scoped as the dashboard is, under the server's time limit
+and row cap, cached for finished profiles; a finished profile's whole-profile memory view and waits
+are read from what ``import`` kept beside it."""
 
 from __future__ import annotations
 
@@ -110,8 +112,16 @@ def router(
             answer: dict[str, Any] = collective_waits(con, scope).to_dict()
             return answer
 
+        def compute() -> dict[str, Any]:
+            kept = stored.load_waits(profile) if scope == ALL and not hit.live else None  # see get_memory
+            if kept is not None:
+                limits.check_rows([("collective_waits", len(kept.get("rows", ())))])
+                return kept
+            answer: dict[str, Any] = limits.run(profile, work, "the collectives' waits")
+            return answer
+
         key = (hit.ref.id, "collective_waits", scope)
-        body, _ = cache.answer(key, hit.live, lambda: limits.run(profile, work, "the collectives' waits"))
+        body, _ = cache.answer(key, hit.live, compute)
         return Response(orjson.dumps(body), media_type="application/json")
 
     return api

@@ -4,7 +4,6 @@
 import { type Scope, type Table, query } from "../api";
 import { type Card, card, render } from "../charts";
 import { h } from "../dom";
-import { showError } from "../errors";
 import { bytes, duration } from "../format";
 
 interface MemoryAnswer {
@@ -22,7 +21,7 @@ function table(head: string[], body: (string | number)[][], numeric: boolean[]):
   );
 }
 
-export function memoryView(): { root: HTMLElement; refresh(id: string, scope: Scope): Promise<void> } {
+export function memoryView(): { root: HTMLElement; refresh(id: string, scope: Scope): Promise<unknown> } {
   const peaks: Card = card("memory_peaks", "Peak GPU memory per rank");
   const curve: Card = card("memory_curve", "GPU memory allocated over time", "wide");
   const allocs: Card = card("memory_allocations", "Largest allocations alive at the peak", "wide");
@@ -79,16 +78,23 @@ export function memoryView(): { root: HTMLElement; refresh(id: string, scope: Sc
     );
   }
 
+  let asked = 0;
+
   return {
     root,
     async refresh(id, scope) {
+      // asked together with the dashboard's query (dashboard.ts): a later scope's answer wins
+      const mine = ++asked;
       const steps = scope.steps ? `${scope.steps.from}:${scope.steps.to}` : null;
       try {
         const r = await fetch(`/api/profiles/${encodeURIComponent(id)}/memory${query({ node: scope.nodes, rank: scope.ranks, steps })}`, { headers: { Accept: "application/json" } });
         if (!r.ok) throw new Error(`memory view: ${r.status} ${((await r.json().catch(() => ({}))) as { detail?: string }).detail ?? r.statusText}`);
-        draw((await r.json()) as MemoryAnswer);
+        const answer = (await r.json()) as MemoryAnswer;
+        if (mine === asked) draw(answer);
+        return null;
       } catch (err) {
-        showError(err);
+        // shown by the dashboard once its own answer is in (an unknown profile: its error only)
+        return mine === asked ? err : null;
       }
     },
   };

@@ -3,10 +3,9 @@
 import { type Scope, type Table, query } from "../api";
 import { card, render } from "../charts";
 import { h } from "../dom";
-import { showError } from "../errors";
 import { count, duration } from "../format";
 
-export function waitsView(): { root: HTMLElement; refresh(id: string, scope: Scope): Promise<void> } {
+export function waitsView(): { root: HTMLElement; refresh(id: string, scope: Scope): Promise<unknown> } {
   const c = card("collective_waits", "Collectives: each rank's wait for the slowest", "wide");
   const root = h("section", { class: "dash-section", id: "collectives-view" }, h("h2", {}, "Collectives across ranks"), h("div", { class: "grid" }, c.root));
 
@@ -51,16 +50,23 @@ export function waitsView(): { root: HTMLElement; refresh(id: string, scope: Sco
     );
   }
 
+  let asked = 0;
+
   return {
     root,
     async refresh(id, scope) {
+      // asked together with the dashboard's query (dashboard.ts): a later scope's answer wins
+      const mine = ++asked;
       const steps = scope.steps ? `${scope.steps.from}:${scope.steps.to}` : null;
       try {
         const r = await fetch(`/api/profiles/${encodeURIComponent(id)}/collectives/waits${query({ node: scope.nodes, rank: scope.ranks, steps })}`, { headers: { Accept: "application/json" } });
         if (!r.ok) throw new Error(`collectives: ${r.status} ${((await r.json().catch(() => ({}))) as { detail?: string }).detail ?? r.statusText}`);
-        draw((await r.json()) as Table);
+        const answer = (await r.json()) as Table;
+        if (mine === asked) draw(answer);
+        return null;
       } catch (err) {
-        showError(err);
+        // shown by the dashboard once its own answer is in (an unknown profile: its error only)
+        return mine === asked ? err : null;
       }
     },
   };
