@@ -20,6 +20,7 @@ def test_all_is_complete_and_sorted() -> None:
         "compare",
         "cpu",
         "dashboard",
+        "filters",
         "gpu",
         "gpupass",
         "groundtruth",
