@@ -53,7 +53,7 @@ def ui_server(
     up to the URL."""
     argv = [sys.executable, "-m", "hyperscope", *command, "--port", "0", "--no-browser", "--home", str(home)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     assert proc.stdout is not None
     want_all = seen is not None
     seen = [] if seen is None else seen
@@ -62,14 +62,24 @@ def ui_server(
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + timeout_s
+        # Raw reads of the pipe, split into lines here: a buffered readline() after select() can
+        # take several lines from the pipe at once, and select() then never fires for the rest
+        # (the demo's last two lines, printed together, were lost so, and the test waited 600 s).
+        pending = b""
         # the URL, and with ``seen`` asked for every line the server prints before it serves
         while url is None or (want_all and not seen[-1].startswith("press Ctrl+C")):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                rest = proc.stdout.read() if proc.poll() is not None else ""
-                raise RuntimeError(f"hyperscope ui did not start: {''.join(seen)}{rest}")
-            if not sel.select(timeout=0.5):
-                continue
-            line = proc.stdout.readline()
+            if b"\n" not in pending:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    rest = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
+                    raise RuntimeError(f"hyperscope ui did not start: {''.join(seen)}{pending.decode()}{rest}")
+                if not sel.select(timeout=0.5):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                pending += chunk
+                if chunk:
+                    continue
+            head, _, pending = pending.partition(b"\n")
+            line = head.decode(errors="replace") + "\n"
             seen.append(line)
             for word in line.split():
                 if url is None and word.startswith("http://"):
