@@ -71,7 +71,8 @@ def ui_server(
             if b"\n" not in pending:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     rest = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
-                    raise RuntimeError(f"hyperscope ui did not start: {''.join(seen)}{pending.decode()}{rest}")
+                    printed = "".join(seen) + pending.decode(errors="replace") + rest
+                    raise RuntimeError(f"hyperscope ui did not start: {printed}")
                 if not sel.select(timeout=0.5):
                     continue
                 chunk = os.read(proc.stdout.fileno(), 65536)
