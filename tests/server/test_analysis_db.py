@@ -80,3 +80,61 @@ def test_the_limit_is_the_largest_asked_and_spill_goes_to_a_folder_removed_at_cl
         assert _setting(con, "memory_limit") == "1.8 GiB"
     db.close()
     assert not spill.exists()
+
+
+def test_a_fresh_database_every_so_many_analyses_the_old_closed_by_its_last_connection(
+    home: Home,
+) -> None:
+    """A database kept for the server's life keeps something of every temp table made on it, so
+    after ``per_database`` connections the next opens on a fresh database; one still in use keeps
+    working until it closes, and only then is its database closed (its spill folder removed)."""
+    profile = Profile.open(profile_dir(home.path, home.multi))
+    expected = profile.connect().execute("SELECT count(*) FROM events").fetchall()[0][0]
+    db = AnalysisDatabase(per_database=2)
+    with db.connection(profile) as first:
+        first_spill = Path(_setting(first, "temp_directory"))
+        with db.connection(profile) as second:
+            assert Path(_setting(second, "temp_directory")) == first_spill
+        with db.connection(profile) as third:  # the first database handed out its two
+            assert db.opened == 2
+            third_spill = Path(_setting(third, "temp_directory"))
+            assert third_spill != first_spill
+            assert third.execute("SELECT count(*) FROM events").fetchall()[0][0] == expected
+        # the first connection, opened before the renewal, still answers on its database
+        assert first_spill.is_dir()
+        first.execute("CREATE TEMP TABLE t AS SELECT * FROM events")
+        assert first.execute("SELECT count(*) FROM t").fetchall()[0][0] == expected
+    assert not first_spill.exists(), "closed with its last connection"
+    assert third_spill.is_dir(), "the current database stays open between analyses"
+    db.close()
+    assert not third_spill.exists()
+
+
+def test_renewal_turned_off_or_set_by_the_environment(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HYPERSCOPE_ANALYSES_PER_DATABASE``: 0 keeps one database for the server's life (what the
+    server did before), a number sets the share, anything else is refused by name."""
+    from hyperscope.server.analysis_db import ANALYSES_PER_DATABASE, ANALYSES_PER_DATABASE_ENV
+
+    profile = Profile.open(profile_dir(home.path, home.multi))
+    monkeypatch.delenv(ANALYSES_PER_DATABASE_ENV, raising=False)
+    assert AnalysisDatabase().per_database == ANALYSES_PER_DATABASE
+    monkeypatch.setenv(ANALYSES_PER_DATABASE_ENV, "0")
+    db = AnalysisDatabase()
+    for _ in range(5):
+        with db.connection(profile) as con:
+            con.execute("SELECT 1").fetchall()
+    assert db.opened == 1
+    db.close()
+    monkeypatch.setenv(ANALYSES_PER_DATABASE_ENV, "3")
+    assert AnalysisDatabase().per_database == 3
+    for bad in ("-1", "many"):
+        monkeypatch.setenv(ANALYSES_PER_DATABASE_ENV, bad)
+        with pytest.raises(ValueError, match=ANALYSES_PER_DATABASE_ENV):
+            AnalysisDatabase()
+
+
+def test_free_pages_are_handed_back_when_a_database_closes() -> None:
+    """glibc's ``malloc_trim`` is found and called (this suite runs on glibc Linux)."""
+    from hyperscope.server.analysis_db import trim_malloc
+
+    assert trim_malloc() is True
