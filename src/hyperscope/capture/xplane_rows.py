@@ -7,16 +7,18 @@ stat) was most of a TF or JAX window's cost: ~5 us an event, 0.47 s of CPU for a
 window at ``cpu_ops`` detail, paid by the training process. Here every event of a plane is decoded
 at once, field by field, with numpy (a message's fields are walked in parallel over all messages:
 as many passes as the longest message has fields), and each stat's ``"name":value`` JSON is made
-by Arrow's kernels, or once per distinct value where only Python can write it (text, refs, floats).
+by Arrow's kernels, or once per distinct value where only Python can write it (text, refs, floats):
+0.11 s for that window (best of 7; ``bench/README.md``).
 
 Rows are those the per-event rules give, value for value (``tests/capture/test_xspace_pb.py``
 holds both readers equal, on hand-made spaces with every kind of stat and on real captures):
 
-- a host event's ``args`` are its stats as a JSON object, in their order; ``None`` without stats;
-- an event whose stats name one key twice (a dict keeps the first place and the last value), that
-  carries a ``correlation_id`` (a launch: ``cuda_driver``, linked to its device op), or that lies
-  on a device plane (``device`` and ``stream`` come first in its ``args``) is built by those rules
-  in Python, one event at a time: few on a CPU capture, a GPU's launches and kernels on a GPU;
+- a host event's ``args`` are its stats as a JSON object, in their order, a name given twice in
+  its first place with its last value (as a dict keeps them: JAX's thunks give ``_src`` twice);
+  ``None`` without stats;
+- an event that carries a ``correlation_id`` (a launch: ``cuda_driver``, linked to its device op)
+  or lies on a device plane (``device`` and ``stream`` come first in its ``args``) is built by
+  those rules in Python, one event at a time: none on a CPU capture, a GPU's launches and kernels;
 - bytes that are no protobuf raise ``xplane.Broken`` with where they broke.
 """
 
@@ -104,7 +106,6 @@ class _Buffer:
 
     def __init__(self, plane: XPlane) -> None:
         self.data = np.frombuffer(bytes(plane.data) + bytes(16), np.uint8)
-        self.length = len(plane.data)
         self._offset = plane.file_offset
 
     def where(self, pos: int) -> str:
