@@ -3,7 +3,9 @@
 Records one window of a jitted JAX MLP (capture_overhead's) at ``cpu_ops`` detail through
 hyperscope's own JAX session, in a child process, then decodes its XSpace into raw rows both ways
 in this one, ``--repeats`` times each (best CPU time), checks the rows are equal and prints the
-ratio. Typing the rows (the importer's SQL) is timed beside them: the rest of a window's cost.
+ratio. Both ways split the file into planes and lines (in C, or in Python), then share one row
+builder (``capture/xplane_rows``, column-wise). Typing the rows (the importer's SQL) is timed
+beside them: the rest of a window's cost.
 """
 
 from __future__ import annotations
@@ -73,15 +75,15 @@ def main() -> int:
     wire_s, wire = best_cpu(
         lambda: xplane.plane_rows(xplane.parse_xspace(data, path), host_pid=1), args.repeats
     )
-    fast_s, fast = best_cpu(lambda: xspace_pb.rows(xspace_pb.parse(data), host_pid=1), args.repeats)
+    fast_s, fast = best_cpu(lambda: xplane.rows_of(data, path, host_pid=1), args.repeats)
     typed_s, _ = best_cpu(lambda: typed_events(fast, 0, "bench"), args.repeats)
     same = fast.equals(wire)
     print(f"\none JAX window: {args.steps} steps, {len(data) / 1e6:.2f} MB of XSpace, {fast.num_rows:,} rows")
     print_table(
         ["decode to raw rows", "CPU (s)", "µs/event"],
         [
-            ["wire reader (pure Python)", wire_s, wire_s / fast.num_rows * 1e6],
-            ["protobuf C parser (xspace_pb)", fast_s, fast_s / fast.num_rows * 1e6],
+            ["wire reader (Python) + row builder", wire_s, wire_s / fast.num_rows * 1e6],
+            ["protobuf C parser (xspace_pb) + row builder", fast_s, fast_s / fast.num_rows * 1e6],
             ["typing the rows (DuckDB, either way)", typed_s, typed_s / fast.num_rows * 1e6],
         ],
     )

@@ -4,6 +4,8 @@ hand-made rows of every kind that path or the SQL takes, and on real TF and JAX 
 from __future__ import annotations
 
 import importlib.util
+import json
+import random
 import subprocess
 import sys
 import textwrap
@@ -92,6 +94,23 @@ def test_only_arrow_types_a_window_that_needs_no_sql() -> None:
     assert not any(direct_types.needs_sql(plain).to_pylist())
     _same_stored_rows(plain)
     assert parts.typed_xspace_events(_raw([]), 0, "").equals(EVENT_SCHEMA.empty_table())
+
+
+def test_plain_decimals_are_typed_by_arrow_as_the_sql_writes_them_and_exponents_are_not() -> None:
+    # doubles of every magnitude as Python's json writes them (TF's memory events carry some):
+    # DuckDB writes a plain decimal back unchanged, an exponent its own way (1e-8 for 1e-08)
+    rng = random.Random(7)
+    values = [rng.random() * 10.0**e for e in range(-12, 20) for _ in range(8)]
+    values += [round(rng.random() * 10.0**e, rng.randint(0, 8)) for e in range(-6, 17) for _ in range(8)]
+    values += [0.0, -0.0, 1.0, -1.5, 0.125, 1 / 3, 1e15, 1e16, 5e-324, 1.7976931348623157e308]
+    args = [json.dumps({"f": v, "n": [v, 1]}, separators=(",", ":")) for v in values]
+    raw = _raw([("X", "cpu_op", "op", 7, 1, i, 1, None, None, a) for i, a in enumerate(args)])
+    mask = direct_types.needs_sql(raw).to_pylist()
+    assert [m for m, a in zip(mask, args, strict=True) if "e" in a.lower()] == [True] * sum(
+        "e" in a.lower() for a in args
+    )
+    assert mask.count(False) > 300  # the plain decimals: no SQL
+    _same_stored_rows(raw)
 
 
 _CAPTURE = """

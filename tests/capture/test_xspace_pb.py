@@ -1,5 +1,6 @@
-"""The compiled XSpace decode (protobuf's C parser) gives the wire reader's rows, value for value:
-on hand-made spaces with every kind of stat, and on a real JAX capture at ``cpu_ops`` detail."""
+"""The compiled XSpace split (protobuf's C parser) gives the wire reader's rows, value for value,
+through the one row builder (``xplane_rows``): on hand-made spaces with every kind of stat, on
+broken events, and on a real JAX capture at ``cpu_ops`` detail."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ def _wire_rows(data: bytes) -> pa.Table:
 
 
 def _fast_rows(data: bytes) -> pa.Table:
-    space = xspace_pb.parse(data)
-    assert space is not None
-    return xspace_pb.rows(space, host_pid=7)
+    planes = xspace_pb.planes(data)
+    assert planes is not None
+    return xplane.plane_rows(planes, host_pid=7)
 
 
 def _odd_space() -> bytes:
@@ -83,7 +84,7 @@ def test_without_protobuf_the_wire_reader_reads_the_rows(monkeypatch: pytest.Mon
     def unavailable(data: bytes) -> None:
         return None
 
-    monkeypatch.setattr(xspace_pb, "parse", unavailable)
+    monkeypatch.setattr(xspace_pb, "planes", unavailable)
     got = xplane.rows_of(_gpu_space(), Path("g.xplane.pb"), host_pid=7)
     assert got.equals(_wire_rows(_gpu_space()))
 
@@ -122,3 +123,36 @@ def test_a_real_jax_capture_decodes_to_the_same_events_both_ways(tmp_path: Path)
         assert xplane.rows_of(data, path, host_pid=7).equals(wire)
         cats |= set(fast.column("cat").to_pylist())
     assert {"cpu_op", "python_function"} <= cats
+
+
+def _broken_event_space(body: bytes) -> bytes:
+    """A host line whose second event's own bytes are broken (the line around it is sound, so
+    protobuf's parser, which leaves events serialized, accepts the file)."""
+    host = (
+        _int(1, 1) + _str(2, "/host:CPU") + _meta(4, 1, "Op")
+        + _msg(3, _int(1, 5) + _int(3, 10**9) + _msg(4, _int(1, 1) + _int(2, 10)) + _msg(4, body))
+    )  # fmt: skip
+    return _msg(1, host)
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "after"),
+    [
+        (_int(1, 1) + b"\x22\x10ab", "a field of 16 bytes past the end", 4),  # a stat longer than its event
+        (_int(1, 1) + b"\x0f", "wire type 7", 3),
+        (_int(1, 1) + b"\x10" + b"\xff" * 10 + b"\x01", "a number longer than 10 bytes", 3),
+    ],
+)
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_broken_event_is_refused_with_the_byte_where_it_broke(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, message: str, after: int, compiled: bool
+) -> None:
+    if compiled and not xspace_pb.available():
+        pytest.skip("protobuf with its C (upb) backend is not installed")
+    if not compiled:
+        monkeypatch.setattr(xspace_pb, "planes", lambda data: None)
+    data = _broken_event_space(body)
+    at = data.index(body) + after
+    with pytest.raises(xplane.TraceFormatError) as err:
+        xplane.rows_of(data, Path("b.xplane.pb"), host_pid=7)
+    assert f"{message} at byte {at}" in str(err.value) and "b.xplane.pb" in str(err.value)

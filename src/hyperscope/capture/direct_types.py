@@ -9,8 +9,10 @@ writes back unchanged, key for key, as long as the text holds:
 
 - no key that moves to a typed column (``ARG_COLUMNS``: ``correlation``, ``device``, ...): those
   are cut out of ``args`` by the SQL;
-- no number with a fraction or an exponent, no ``NaN``/``Infinity`` (DuckDB prints doubles its own
-  way) and no backslash (an escape: DuckDB writes non-ASCII text as UTF-8, Python as ``\\uXXXX``);
+- no number with an exponent, no ``NaN``/``Infinity`` (DuckDB prints those its own way: ``1e-8``
+  for Python's ``1e-08``; a plain decimal such as TF's ``"fragmentation":0.125`` it writes back as
+  Python wrote it, the shortest text that reads back the same double) and no backslash (an
+  escape: DuckDB writes non-ASCII text as UTF-8, Python as ``\\uXXXX``);
 - no ``bp`` (the flow's end binding goes to ``extra``, in DuckDB's JSON).
 
 Such rows (every row of a CPU capture: TF's ops carry ``_ct``, ``_p``, ``iter_num``; JAX's
@@ -43,7 +45,9 @@ __all__ = ["needs_sql", "typed_directly"]
 
 #: What only the SQL writes as it must: a typed arg's key, a float, an escape, a control character.
 _ARG_KEYS: Final = "|".join(re.escape(c.key) for c in ARG_COLUMNS)
-_ARGS_FOR_SQL: Final = rf'"(?:{_ARG_KEYS})":|[:,\[]-?(?:[0-9]+[.eE]|NaN|Infinity)|\\|[\x00-\x1f\x7f]'
+_ARGS_FOR_SQL: Final = (
+    rf'"(?:{_ARG_KEYS})":|[:,\[]-?(?:[0-9]+(?:\.[0-9]+)?[eE]|NaN|Infinity)|\\|[\x00-\x1f\x7f]'
+)
 _TEXT_FOR_SQL: Final = r"[\x00-\x1f\x7f\\]"
 
 

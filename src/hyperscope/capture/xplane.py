@@ -5,8 +5,10 @@ offset and a duration in picoseconds from the line's start, a metadata id that n
 (key-value facts: a TF op's type, a kernel's grid or correlation id). It is decoded here from the
 protobuf wire format directly, so that neither TensorFlow nor a converter (xprof) is needed to read
 it, and a broken file is refused with the byte offset where it broke. Where protobuf's C parser is
-installed (the ``jax`` and ``tensorflow`` extras bring it), ``rows_of`` decodes with it instead
-(``xspace_pb``: about 3x less CPU, the same rows).
+installed (the ``jax`` and ``tensorflow`` extras bring it), ``rows_of`` splits the file with it
+instead (``xspace_pb``). Either way the planes come out in one shape, each line's events left as
+their serialized bytes, and one builder makes the rows of both (``xplane_rows``: the events and
+their stats decoded column-wise, with numpy, not one by one).
 
 The rows have the layout of ``torch_backend``'s raw rows, so the importer's SQL types them into the
 event schema exactly as it types Kineto's: host events are ``cpu_op`` (Python functions, named
@@ -23,7 +25,6 @@ arrows and the launch-delay analyses join on.
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from collections.abc import Iterator
@@ -34,7 +35,6 @@ from typing import Any, Final
 import pyarrow as pa
 
 from hyperscope.capture import xspace_pb
-from hyperscope.capture.torch_backend import RAW_SCHEMA
 from hyperscope.errors import TraceFormatError
 
 _DEVICE_PLANE: Final = re.compile(r"^/device:(?:GPU|TPU|XPU):(\d+)")
@@ -49,8 +49,9 @@ class XLine:
     id: int
     name: str
     timestamp_ns: int
-    #: (metadata id, offset ps, duration ps, stats)
-    events: list[tuple[int, int, int, dict[str, Any]]] = field(default_factory=list)
+    #: where each serialized XEvent of the line lies in its plane's ``data`` (start, end), in order
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -61,42 +62,56 @@ class XPlane:
     event_names: dict[int, str] = field(default_factory=dict)
     stat_names: dict[int, str] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    #: the bytes the lines' events point into: the whole file (the wire reader: positions are then
+    #: the file's own, for errors) or the plane's events joined (``xspace_pb``)
+    data: bytes | memoryview = b""
+    #: what a position in ``data`` is in the file, where known (None: ``xspace_pb``'s joined events)
+    file_offset: int | None = 0
 
 
-class _Broken(Exception):
-    pass
+class Broken(Exception):
+    """Bytes that are no protobuf (or a damaged one), with where they broke."""
 
 
 def _fields(buf: memoryview, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value) of a message; length-delimited values as memoryviews."""
+    for number, wire, value, _ in _fields_at(buf, start, end):
+        yield number, wire, value
+
+
+def _fields_at(
+    buf: memoryview, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, int, Any, int]]:
+    """``_fields`` with where each value begins in ``buf`` (a length-delimited one's first byte)."""
     pos, stop = start, len(buf) if end is None else end
     while pos < stop:
         key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
+        number, wire, at = key >> 3, key & 7, pos
         value: Any
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 1:
             if pos + 8 > stop:
-                raise _Broken(f"a 64-bit field past the end at byte {pos}")
+                raise Broken(f"a 64-bit field past the end at byte {pos}")
             value, pos = bytes(buf[pos : pos + 8]), pos + 8
         elif wire == 2:
             size, pos = _varint(buf, pos)
             if pos + size > stop:
-                raise _Broken(f"a field of {size} bytes past the end at byte {pos}")
+                raise Broken(f"a field of {size} bytes past the end at byte {pos}")
+            at = pos
             value, pos = buf[pos : pos + size], pos + size
         elif wire == 5:
             value, pos = bytes(buf[pos : pos + 4]), pos + 4
         else:
-            raise _Broken(f"wire type {wire} at byte {pos} (not a protobuf, or damaged)")
-        yield number, wire, value
+            raise Broken(f"wire type {wire} at byte {pos} (not a protobuf, or damaged)")
+        yield number, wire, value, at
 
 
 def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf):
-            raise _Broken(f"a number cut off at byte {pos}")
+            raise Broken(f"a number cut off at byte {pos}")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -104,7 +119,7 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
             return result, pos
         shift += 7
         if shift > 70:
-            raise _Broken(f"a number longer than 10 bytes at byte {pos}")
+            raise Broken(f"a number longer than 10 bytes at byte {pos}")
 
 
 def _signed(v: int) -> int:
@@ -143,25 +158,30 @@ def _stats(raw: list[tuple[int, Any]], names: dict[int, str]) -> dict[str, Any]:
 
 
 def parse_xspace(data: bytes, path: Path) -> list[XPlane]:
-    """The planes of one XSpace file, read from the wire format here; TraceFormatError (naming the
-    file and byte) when it is broken."""
+    """The planes of one XSpace file, read from the wire format here (where each event lies is
+    found, its bytes not decoded: ``xplane_rows`` does that); TraceFormatError (naming the file
+    and the byte) when it is broken."""
+    buf = memoryview(data)
     try:
-        return [_plane(v) for number, wire, v in _fields(memoryview(data)) if number == 1 and wire == 2]
-    except _Broken as exc:
+        return [
+            _plane(buf, at, at + len(v))
+            for number, wire, v, at in _fields_at(buf)
+            if number == 1 and wire == 2
+        ]
+    except Broken as exc:
         raise TraceFormatError(path, f"not a readable XPlane file: {exc}") from None
 
 
-def _plane(msg: memoryview) -> XPlane:
-    plane = XPlane(0, "")
-    raw_lines: list[memoryview] = []
+def _plane(buf: memoryview, start: int, end: int) -> XPlane:
+    plane = XPlane(0, "", data=buf)
     raw_stats: list[tuple[int, Any]] = []
-    for number, _, v in _fields(msg):
+    for number, wire, v, at in _fields_at(buf, start, end):
         if number == 1:
             plane.id = _signed(v)
         elif number == 2:
             plane.name = _text(v)
-        elif number == 3:
-            raw_lines.append(v)
+        elif number == 3 and wire == 2:
+            plane.lines.append(_line(buf, at, at + len(v)))
         elif number == 6:
             raw_stats.append(_stat(v))
         elif number in (4, 5):  # map<int64, XEventMetadata / XStatMetadata>: entries of key 1, value 2
@@ -177,10 +197,28 @@ def _plane(msg: memoryview) -> XPlane:
                     elif m == 4 and number == 4:
                         display = _text(x)
                 (plane.event_names if number == 4 else plane.stat_names)[mid] = display or name
-    for raw in raw_lines:
-        plane.lines.append(_line(raw, plane.stat_names))
     plane.stats = _stats(raw_stats, plane.stat_names)
     return plane
+
+
+def _line(buf: memoryview, start: int, end: int) -> XLine:
+    """A line's header, and where each of its events lies in the file."""
+    line = XLine(0, "", 0)
+    name = display = ""
+    for number, wire, v, at in _fields_at(buf, start, end):
+        if number == 1:
+            line.id = _signed(v)
+        elif number == 2:
+            name = _text(v)
+        elif number == 11:
+            display = _text(v)
+        elif number == 3:
+            line.timestamp_ns = _signed(v)
+        elif number == 4 and wire == 2:
+            line.starts.append(at)
+            line.ends.append(at + len(v))
+    line.name = display or name
+    return line
 
 
 #: Line timestamps below this are relative to the profile's start, not Unix-epoch ns (2001-09-09).
@@ -197,35 +235,6 @@ def start_time_ns(planes: list[XPlane]) -> int:
     return 0
 
 
-def _line(msg: memoryview, stat_names: dict[int, str]) -> XLine:
-    line = XLine(0, "", 0)
-    name = display = ""
-    for number, _, v in _fields(msg):
-        if number == 1:
-            line.id = _signed(v)
-        elif number == 2:
-            name = _text(v)
-        elif number == 11:
-            display = _text(v)
-        elif number == 3:
-            line.timestamp_ns = _signed(v)
-        elif number == 4:
-            meta = offset = dur = 0
-            stats: list[tuple[int, Any]] = []
-            for n, _, x in _fields(v):
-                if n == 1:
-                    meta = x
-                elif n == 2:
-                    offset = _signed(x)
-                elif n == 3:
-                    dur = _signed(x)
-                elif n == 4:
-                    stats.append(_stat(x))
-            line.events.append((meta, offset, dur, _stats(stats, stat_names)))
-    line.name = display or name
-    return line
-
-
 def _device_category(name: str) -> str:
     low = name.lower()
     if "memcpy" in low:
@@ -237,54 +246,10 @@ def _device_category(name: str) -> str:
 
 def plane_rows(planes: list[XPlane], *, host_pid: int) -> pa.Table:
     """Every timed event of the planes as raw rows (``RAW_SCHEMA``), in the epoch-ns clock of the
-    profiler (XLine timestamps are wall-clock ns)."""
-    cols: dict[str, list[Any]] = {f.name: [] for f in RAW_SCHEMA}
-    order = [cols[f.name] for f in RAW_SCHEMA if f.name != "args"]
+    profiler (XLine timestamps are wall-clock ns): ``xplane_rows.rows``, the one row builder."""
+    from hyperscope.capture import xplane_rows
 
-    def add(*row: Any) -> None:
-        *head, args = row
-        for col, value in zip(order, head, strict=True):
-            col.append(value)
-        cols["args"].append(json.dumps(args, separators=(",", ":"), default=str) if args else None)
-
-    #: (correlation, pid, tid, ts) of host launches (False) and device ops (True)
-    ends: dict[bool, list[tuple[int, int, int, int]]] = {False: [], True: []}
-    start = start_time_ns(planes)
-    for plane in planes:
-        if plane.name.startswith(_SKIPPED_PLANES):
-            continue
-        device = _DEVICE_PLANE.match(plane.name)
-        if not device and not plane.name.startswith("/host:"):
-            continue
-        for line in plane.lines:
-            base = line.timestamp_ns + (start if line.timestamp_ns < _EPOCH_NS_MIN else 0)
-            for meta, offset_ps, dur_ps, stats in line.events:
-                name = plane.event_names.get(meta, f"event {meta}")
-                corr = stats.get("correlation_id")
-                corr = corr if isinstance(corr, int) and corr > 0 else None
-                if device:
-                    cat = _device_category(name)
-                    pid = int(device.group(1))
-                    args = {"device": pid, "stream": line.id, **stats}
-                elif corr is not None:  # a CUPTI driver callback: the host's launch of a device op
-                    cat, pid, args = "cuda_driver", host_pid, dict(stats)
-                else:
-                    cat = "python_function" if name.startswith("$") else "cpu_op"
-                    pid, args = host_pid, stats
-                ts = base + offset_ps // 1000
-                if corr is not None:
-                    args["correlation"] = corr
-                add("X", cat, name, pid, line.id, ts, max(dur_ps // 1000, 0), None, None, args)
-                if corr is not None:
-                    ends[bool(device)].append((corr, pid, line.id, ts))
-    # the arrow launch -> device op, as Kineto's ac2g flow events: where both ends were recorded
-    linked = {c for c, *_ in ends[False]} & {c for c, *_ in ends[True]}
-    for on_device, ph, bp in ((False, "s", None), (True, "f", "e")):
-        for corr, pid, tid, ts in ends[on_device]:
-            if corr in linked:
-                add(ph, "ac2g", "ac2g", pid, tid, ts, None, corr, bp, None)
-    arrays = [pa.array(cols[f.name], type=f.type) for f in RAW_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=RAW_SCHEMA)
+    return xplane_rows.rows(planes, host_pid=host_pid)
 
 
 def read_rows(path: Path, *, host_pid: int = 0) -> pa.Table:
@@ -297,16 +262,23 @@ def read_rows(path: Path, *, host_pid: int = 0) -> pa.Table:
 
 
 def rows_of(data: bytes, path: Path, *, host_pid: int = 0) -> pa.Table:
-    """A serialized XSpace as raw rows (``path`` names where it came from in errors): decoded by
-    protobuf's C parser where it is installed (``xspace_pb``, the same rows), else read here."""
-    space = xspace_pb.parse(data)
-    names = xspace_pb.plane_names(space) if space is not None else None
-    planes = parse_xspace(data, path) if names is None else []
-    if not any(_is_timed(n) for n in (names if names is not None else [p.name for p in planes])):
+    """A serialized XSpace as raw rows (``path`` names where it came from in errors): split into
+    planes by protobuf's C parser where it is installed (``xspace_pb``), else by the reader here."""
+    planes = xspace_pb.planes(data)
+    if planes is None:
+        planes = parse_xspace(data, path)
+    if not any(_is_timed(p.name) for p in planes):
         raise TraceFormatError(path, "holds no host or device plane: not an XPlane profile")
-    if space is not None:
-        return xspace_pb.rows(space, host_pid=host_pid)
-    return plane_rows(planes, host_pid=host_pid)
+    try:
+        return plane_rows(planes, host_pid=host_pid)
+    except Broken as exc:
+        broken = exc
+    if planes[0].file_offset is None:  # an event of the C parser's joined ones: where in the file?
+        try:
+            return plane_rows(parse_xspace(data, path), host_pid=host_pid)
+        except Broken as exc:
+            broken = exc
+    raise TraceFormatError(path, f"not a readable XPlane file: {broken}") from None
 
 
 def _is_timed(plane_name: str) -> bool:
