@@ -98,7 +98,9 @@ def filters_path(profile: Profile) -> Path:
 def load_filters(profile: Profile) -> dict[str, Any] | None:
     """The stored filter choices (:func:`hyperscope.analysis.filters.profile_filters`), or None."""
     data = _load(filters_path(profile))
-    return data if data is not None and {"nodes", "ranks", "steps", "annotations"} <= set(data) else None
+    # every field the server's FiltersOut requires: a damaged file is recomputed, never a 500
+    keys = {"nodes", "ranks", "steps", "annotations", "rank_nodes"}
+    return data if data is not None and keys <= set(data) else None
 
 
 def precompute_side_answers(profile: Profile) -> list[str]:
