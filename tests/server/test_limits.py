@@ -89,6 +89,31 @@ def test_row_cap_answers_413(home: Home, tmp_path: Path) -> None:
         )
 
 
+def test_a_kept_answer_is_held_to_the_row_cap_and_else_computed(home: Home) -> None:
+    """What import kept is returned as it is when under the cap, refused over it, and a profile
+    without one is computed."""
+    from hyperscope.server.limits import RowCapExceeded
+
+    profile = Profile.open(profile_dir(home.path, home.big))
+    limits = QueryLimits(max_rows=2)
+    asked: list[str] = []
+
+    def work(con: object) -> dict[str, Any]:
+        asked.append("computed")
+        return {"computed": True}
+
+    tables = {"kernels": {"rows": [1, 2]}, "steps": {"rows": []}}
+    assert limits.kept_or_run(tables, profile, work, "the dashboard") is tables
+    one = {"rows": [1, 2, 3]}
+    with pytest.raises(RowCapExceeded, match="'collective_waits' has 3 rows"):
+        limits.kept_or_run(one, profile, work, "the waits", table="collective_waits")
+    choices = {"nodes": ["a", "b", "c"], "rank_nodes": {"0": "a"}}  # not tables: no rows to count
+    assert limits.kept_or_run(choices, profile, work, "the filters") is choices
+    assert asked == []
+    assert limits.kept_or_run(None, profile, work, "the dashboard") == {"computed": True}
+    assert asked == ["computed"]
+
+
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="query_timeout_s"):
         QueryLimits(timeout_s=0)

@@ -126,11 +126,10 @@ def create_app(
 
     def filters_answer(hit: ProfileHit, profile: Profile) -> FiltersOut:
         def compute() -> FiltersOut:
-            # kept beside a finished profile at import (analysis/stored.py), as its dashboard is
             kept = None if hit.live else stored.load_filters(profile)
-            if kept is None:
-                kept = limits.run(profile, profile_filters, "listing the filters")
-            return FiltersOut.model_validate(kept)
+            return FiltersOut.model_validate(
+                limits.kept_or_run(kept, profile, profile_filters, "listing the filters")
+            )
 
         found, _ = cache.answer((hit.ref.id, "filters"), hit.live, compute)
         return found
@@ -150,11 +149,8 @@ def create_app(
             return to_json(tables)
 
         def compute() -> bytes:
-            stored_answer = stored.load_dashboard(profile, top_k, buckets) if whole else None
-            if stored_answer is not None:  # computed without the server's cap: held to it here
-                limits.check_rows([(k, len(t.get("rows", ()))) for k, t in stored_answer.items()])
-                return orjson.dumps(stored_answer)
-            return orjson.dumps(limits.run(profile, work, "the dashboard"))
+            kept = stored.load_dashboard(profile, top_k, buckets) if whole else None
+            return orjson.dumps(limits.kept_or_run(kept, profile, work, "the dashboard"))
 
         key = (hit.ref.id, "dashboard", scope, top_k, buckets)
         return cache.answer(key, hit.live, compute)

@@ -141,6 +141,27 @@ class QueryLimits:
             raise slot.error
         return slot.result  # type: ignore[return-value]  # set whenever error is not
 
+    def kept_or_run(
+        self,
+        kept: dict[str, Any] | None,
+        profile: Profile,
+        work: Callable[[duckdb.DuckDBPyConnection], T],
+        what: str,
+        *,
+        table: str | None = None,
+    ) -> dict[str, Any] | T:
+        """The answer kept beside a finished profile (``analysis/stored.py``: computed at import,
+        without the server's row cap, so held to it here), else ``run(profile, work, what)``.
+
+        ``kept`` is a dict of Table dicts, or one Table dict named ``table``; a kept answer that is
+        not made of tables (the filter choices) has neither rows nor ``table``.
+        """
+        if kept is None:
+            return self.run(profile, work, what)
+        tables = {table: kept} if table is not None else kept
+        self.check_rows([(k, len(t.get("rows", ()))) for k, t in tables.items() if isinstance(t, dict)])
+        return kept
+
     async def run_async(
         self,
         opened: Callable[[], tuple[H, Profile]],

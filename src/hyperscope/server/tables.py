@@ -84,14 +84,9 @@ def router(
 
         def compute() -> dict[str, Any]:
             # `import` and `profile` keep a finished profile's whole view at the UI's defaults
-            # (analysis/stored.py), computed without the server's cap: held to it here
             whole = scope == ALL and not hit.live and (buckets, top) == (BUCKETS, TOP)
             kept = stored.load_memory_view(profile) if whole else None
-            if kept is not None:
-                limits.check_rows([(k, len(t.get("rows", ()))) for k, t in kept.items()])
-                return kept
-            answer: dict[str, Any] = limits.run(profile, work, "the memory view")
-            return answer
+            return limits.kept_or_run(kept, profile, work, "the memory view")
 
         key = (hit.ref.id, "memory", scope, buckets, top)
         body, _ = cache.answer(key, hit.live, compute)
@@ -114,11 +109,7 @@ def router(
 
         def compute() -> dict[str, Any]:
             kept = stored.load_waits(profile) if scope == ALL and not hit.live else None  # see get_memory
-            if kept is not None:
-                limits.check_rows([("collective_waits", len(kept.get("rows", ())))])
-                return kept
-            answer: dict[str, Any] = limits.run(profile, work, "the collectives' waits")
-            return answer
+            return limits.kept_or_run(kept, profile, work, "the collectives' waits", table="collective_waits")
 
         key = (hit.ref.id, "collective_waits", scope)
         body, _ = cache.answer(key, hit.live, compute)
