@@ -18,8 +18,10 @@ import pytest
 from hyperscope import Store
 from hyperscope import timeline as tl
 from hyperscope.analysis import dashboard, stored, to_json
+from hyperscope.analysis._common import ALL
 from hyperscope.analysis.collective_waits import collective_waits
 from hyperscope.analysis.filters import profile_filters
+from hyperscope.analysis.memory_view import memory_view
 from hyperscope.store.synth import SynthSpec, write_job
 
 FIXTURE = Path(__file__).parents[1] / "data" / "h200_capture"
@@ -40,6 +42,11 @@ def test_precomputed_equals_computed_and_is_read_back(home: Path) -> None:
     expected = json.loads(json.dumps(to_json(dashboard(profile))))  # what JSON makes of the tables
     assert stored.load_dashboard(profile) == expected
     assert stored.dashboard_path(profile).parent.name == "derived"
+    # the side answers, computed on the dashboard's connection, are each analysis's own answer
+    assert stored.load_waits(profile) == json.loads(json.dumps(collective_waits(profile).to_dict()))
+    assert stored.load_filters(profile) == json.loads(json.dumps(profile_filters(profile)))
+    memory = {k: t.to_dict() for k, t in memory_view(profile, ALL).items()}
+    assert stored.load_memory_view(profile) == json.loads(json.dumps(memory))
 
 
 def test_answers_of_other_analysis_code_are_not_read(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
