@@ -66,6 +66,22 @@ def test_the_compiled_decode_gives_the_wire_readers_rows(make: object) -> None:
     assert fast.equals(wire)
 
 
+@pytest.mark.parametrize("make", [_space, _gpu_space, _odd_space])
+def test_events_decoded_a_few_at_a_time_give_the_same_rows(
+    make: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plane's events are decoded ``EVENTS_AT_ONCE`` at a time (to bound the decode's memory):
+    pieces of one or two events, cutting lines and launches from their device ops, change nothing."""
+    from hyperscope.capture import xplane_rows
+
+    assert callable(make)
+    data = make()
+    whole = _wire_rows(data)
+    for size in (1, 2):
+        monkeypatch.setattr(xplane_rows, "EVENTS_AT_ONCE", size)
+        assert _wire_rows(data).equals(whole)
+
+
 @needs_upb
 def test_odd_stats_are_decoded_as_the_wire_reader_decodes_them() -> None:
     rows = {r["name"]: r for r in _fast_rows(_odd_space()).to_pylist()}

@@ -135,6 +135,6 @@ def test_renewal_turned_off_or_set_by_the_environment(home: Home, monkeypatch: p
 
 def test_free_pages_are_handed_back_when_a_database_closes() -> None:
     """glibc's ``malloc_trim`` is found and called (this suite runs on glibc Linux)."""
-    from hyperscope.server.analysis_db import trim_malloc
+    from hyperscope._proc import trim_malloc
 
     assert trim_malloc() is True

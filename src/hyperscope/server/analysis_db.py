@@ -32,11 +32,8 @@ the store, which may be read-only), removed when it closes.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import weakref
@@ -46,6 +43,7 @@ from typing import Final
 
 import duckdb
 
+from hyperscope._proc import trim_malloc
 from hyperscope.analysis._common import memory_limit_bytes
 from hyperscope.store.profile import Profile
 
@@ -164,23 +162,3 @@ def _close(db: duckdb.DuckDBPyConnection, spill: str) -> None:
         db.close()
     shutil.rmtree(spill, ignore_errors=True)
     trim_malloc()
-
-
-def trim_malloc() -> bool:
-    """Hand glibc's free pages back to the system (``malloc_trim(0)``; False where there is none).
-
-    What a closed database freed lies in the arenas among blocks still in use, and glibc returns
-    only the free memory at the top of an arena by itself: the rest stayed resident, and in
-    bench/soak.py the arenas' free bytes rose from 4 to 11 MB over 3 minutes of renewals, as much
-    as the renewal saved. Called once per database closed (every ``ANALYSES_PER_DATABASE``
-    analyses), its cost (a walk of the arenas, about a millisecond) is not felt.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # musl and others: no malloc_trim
-        return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    trim(0)
-    return True
