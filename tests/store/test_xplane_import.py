@@ -261,6 +261,10 @@ def test_only_trace_json_holding_an_empty_event_is_rewritten(
     assert out != ended and out.name == ended.name
     with gzip.open(out) as fh:
         assert b"{}" not in fh.read()
+    for text, empty in ((b'{"traceEvents":[ \n{ }]}', True), (b'{"a": {}, "b": [1,{"c":{ }}]}', False)):
+        other = tmp_path / f"other-{empty}.trace.json.gz"
+        other.write_bytes(gzip.compress(text))
+        assert xplane_importer._has_empty_object(other) is empty
     with Store(tmp_path / "home") as store:
         assert store.import_traces([ended], "xla").profile.events == 1
         assert store.import_traces([plain], "kineto").profile.events == 1

@@ -28,7 +28,10 @@ _EPOCH_NS_MIN: Final = 10**18
 #: The trace JSON that TF's and JAX's profilers write beside the XPlane (and JAX's Perfetto file).
 XLA_JSON_SUFFIXES: Final = (".trace.json.gz", "perfetto_trace.json.gz")
 #: An empty object as an element of a list: what TF's and JAX's writers end ``traceEvents`` with.
-_EMPTY_ELEMENT: Final = re.compile(rb"[\[,]\s*\{\s*\}")
+#: an empty object (``_has_empty_object`` then checks that a list element it is: after ``[`` or ``,``);
+#: searched for as this, not with its ``[,]`` in front, which made the regex engine start at every
+#: comma: 0.25 s against 0.03 s over the legacy ResNet's 27.7 MB, a seventh of its import
+_EMPTY_OBJECT: Final = re.compile(rb"\{\s*\}")
 _SCAN_BYTES: Final = 4 << 20
 _WS: Final = b" \t\r\n"
 
@@ -93,7 +96,7 @@ def _has_empty_object(path: Path) -> bool:
         with gzip.open(path, "rb") as fh:
             while block := fh.read(_SCAN_BYTES):
                 window = carry + block
-                if _EMPTY_ELEMENT.search(window):
+                if any(_after_list_start(window, m.start()) for m in _EMPTY_OBJECT.finditer(window)):
                     return True
                 # a match across the cut needs at most the window's last two bytes that are not
                 # whitespace (``,{`` or ``[{``); blanks stand for any run of whitespace
@@ -102,6 +105,14 @@ def _has_empty_object(path: Path) -> bool:
     except (OSError, EOFError, zlib.error):
         return True
     return False
+
+
+def _after_list_start(text: bytes, at: int) -> bool:
+    """Whether the last byte before ``at`` that is not whitespace is ``[`` or ``,``."""
+    j = at - 1
+    while j >= 0 and text[j] in _WS:
+        j -= 1
+    return j >= 0 and text[j] in b"[,"
 
 
 def add_xplane_files(
