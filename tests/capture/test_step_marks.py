@@ -13,7 +13,7 @@ import pytest
 
 import hyperscope as hs
 from hyperscope.capture import api
-from hyperscope.capture.parts import marks_table, step_marks
+from hyperscope.capture.parts import step_marks
 from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.store import Store
 from tests.capture.profiles import query
@@ -94,15 +94,3 @@ def test_step_marks_of_runs() -> None:
         ("step", "ProfilerStep#5", 7, 150, 25, 5),
         ("step", "ProfilerStep#9", 8, 300, 10, 9),
     ]
-
-
-def test_marks_table_of_runs_is_the_table_of_their_marks() -> None:
-    """A flush's steps as columns (the writer's path) give the rows of one tuple per step."""
-    runs = [(4, 100, 7, [150, 175]), (9, 300, 8, [310]), (12, 400, 8, [])]
-    annotations = [("annotation", "forward", 7, 110, 20, 4)]
-    by_tuples = marks_table(annotations + step_marks(runs), rank=3, node="n1", pid=42)
-    by_columns = marks_table(annotations, runs=runs, rank=3, node="n1", pid=42)
-    assert by_columns.equals(by_tuples)
-    assert by_columns.num_rows == 4
-    assert by_columns.column("args").to_pylist()[-1] == '{"step":9}'
-    assert marks_table([], runs=[(1, 5, 7, [])], rank=0, node="", pid=1).num_rows == 0

@@ -78,7 +78,7 @@ def precompute_memory_view(profile: Profile, con: Connection | None = None) -> d
     """Compute the whole-profile memory view and keep it beside the profile: its three analyses
     scan every allocator event (seconds at 10M events), which the view's first look should not
     wait for, as the dashboard's does not."""
-    tables = {k: t.to_dict() for k, t in memory_view(con or profile, ALL).items()}
+    tables = {k: t.to_dict() for k, t in memory_view(profile if con is None else con, ALL).items()}
     _save(profile, memory_view_path(profile), tables)
     return tables
 
@@ -110,7 +110,7 @@ def precompute_side_answers(profile: Profile, con: Connection | None = None) -> 
     collectives' waits and the filters; the names of those kept. One that fails only warns (the
     server computes it at the first look) and leaves the others. ``con``: a connection over the
     profile to run them on (``analysis._common.connection``), else one each."""
-    source = con or profile
+    source = profile if con is None else con
     work: dict[str, Callable[[], object]] = {
         "memory view": lambda: precompute_memory_view(profile, con),
         "waits": lambda: _save(profile, waits_path(profile), collective_waits(source, ALL).to_dict()),
@@ -151,7 +151,7 @@ def _save(profile: Profile, path: Path, tables: dict[str, Any]) -> bool:
 def precompute_dashboard(profile: Profile, con: Connection | None = None) -> dict[str, Any]:
     """Compute the default whole-profile dashboard (on ``con`` where given) and keep it beside
     the profile."""
-    tables = to_json(dashboard(con or profile, ALL, top_k=TOP_K, buckets=BUCKETS))
+    tables = to_json(dashboard(profile if con is None else con, ALL, top_k=TOP_K, buckets=BUCKETS))
     save_dashboard(profile, tables)
     return tables
 

@@ -27,6 +27,7 @@ from hyperscope.capture.parts import (
     marks_table,
     one_part,
     startup_table,
+    step_marks,
     typed_events,
     typed_xspace_events,
 )
@@ -435,7 +436,7 @@ class Session:
             self._own_events += 1
             parts.append(lambda: startup_table(at, took, rank=rank, node=node, pid=pid))
         if marks or runs:
-            parts.append(lambda: marks_table(marks, runs=runs, rank=rank, node=node, pid=pid))
+            parts.append(lambda: marks_table(marks + step_marks(runs), rank=rank, node=node, pid=pid))
         if parts:
             writer.submit(lambda: ("events", one_part([make() for make in parts])))
 

@@ -128,7 +128,7 @@ def create_app(
         def compute() -> FiltersOut:
             kept = None if hit.live else stored.load_filters(profile)
             return FiltersOut.model_validate(
-                limits.kept_or_run(kept, profile, profile_filters, "listing the filters")
+                limits.kept_or_run(kept, profile, profile_filters, "listing the filters", tables=False)
             )
 
         found, _ = cache.answer((hit.ref.id, "filters"), hit.live, compute)

@@ -149,17 +149,19 @@ class QueryLimits:
         what: str,
         *,
         table: str | None = None,
+        tables: bool = True,
     ) -> dict[str, Any] | T:
         """The answer kept beside a finished profile (``analysis/stored.py``: computed at import,
         without the server's row cap, so held to it here), else ``run(profile, work, what)``.
 
-        ``kept`` is a dict of Table dicts, or one Table dict named ``table``; a kept answer that is
-        not made of tables (the filter choices) has neither rows nor ``table``.
+        ``kept`` is a dict of Table dicts, or one Table dict named ``table``, or (``tables``
+        false: the filter choices) no tables at all, with no rows to hold to the cap.
         """
         if kept is None:
             return self.run(profile, work, what)
-        tables = {table: kept} if table is not None else kept
-        self.check_rows([(k, len(t.get("rows", ()))) for k, t in tables.items() if isinstance(t, dict)])
+        if tables:
+            named = {table: kept} if table is not None else kept
+            self.check_rows([(k, len(t.get("rows", ()))) for k, t in named.items()])
         return kept
 
     async def run_async(
