@@ -3,15 +3,20 @@ each policy decides, and the spec's settings."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from hyperscope.cluster.spec import SpecError, load_spec
+from hyperscope.recovery import straggler_watch
 from hyperscope.recovery.decide import Kind, Policy, decide_stragglers
 from hyperscope.recovery.heartbeat import Beat
-from hyperscope.recovery.stragglers import StragglerPolicy, StragglerTracker
+from hyperscope.recovery.stragglers import Straggler, StragglerPolicy, StragglerTracker
 
 MS = 1_000_000
 RECORDED = Path(__file__).parents[1] / "data" / "ondemand" / "straggler_beats.json"
@@ -113,3 +118,21 @@ def test_the_spec_sets_the_thresholds_and_refuses_bad_ones(tmp_path: Path) -> No
         load_spec(_spec(tmp_path, "{straggler_action: drain}"))
     with pytest.raises(SpecError, match=r"recovery\.straggler_steps"):
         load_spec(_spec(tmp_path, "{straggler_steps: 0}"))
+
+
+def test_a_rank_is_named_on_its_node_before_the_log_says_so_and_cleared_after() -> None:
+    """The Cluster page reads agent.log, then the state: a rank the log names is then always
+    shown on its node too (CI once saw the log's verdict with the node's cell still empty)."""
+    node = SimpleNamespace(name="n2", straggler="")
+    seen: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def update() -> Iterator[Any]:
+        yield SimpleNamespace(nodes=[node])
+        seen.append(("state", node.straggler))
+
+    agent = SimpleNamespace(log=lambda r: seen.append(("log", r["phase"])), _update=update)
+    s = Straggler("7", 1, "n2", 300 * MS, 100 * MS, 8, 0)
+    straggler_watch._name(cast(Any, agent), s, "slow", "slow")
+    straggler_watch._name(cast(Any, agent), s, "", "back at speed")
+    assert seen == [("state", "slow"), ("log", "decided"), ("log", "recovered"), ("state", "")]

@@ -108,6 +108,7 @@ def observe(
     """Everything the pure functions below need, read now. Slurm not answering is recorded
     (``slurm_error``), never raised: the exporter still serves what it knows."""
     cluster_dir = clusters_dir(home) / name
+    records = (log or LogTail(cluster_dir / LOG)).read()  # before the state: see straggler_watch._name
     state = ClusterState.load(cluster_dir)
     now_ns = time.time_ns()
     show_node = show_job = error = ""
@@ -117,7 +118,6 @@ def observe(
         show_job = slurm.run("scontrol", "show", "job", "-o", timeout=timeout_s).stdout
     except SlurmError as exc:
         show_node, show_job, error = "", "", str(exc)
-    records = (log or LogTail(cluster_dir / LOG)).read()
     live = {str(j.id) for j in parse_show_job(show_job)}
     beats = [
         Beat(s.job, s.rank, s.last_step, now_ns - int(s.silent_s * 1e9), s.step_ns, s.node)

@@ -74,16 +74,23 @@ def watch(self: Agent, state: ClusterState, jobs: list[Job]) -> list[Action]:
 
 
 def _name(self: Agent, s: Straggler, shown: str, reason: str) -> None:
-    """On its node (``list-nodes``) and in agent.log; ``shown`` "" clears the node's."""
+    """On its node (``list-nodes``) and in agent.log; ``shown`` "" clears the node's.
+
+    A rank is named on its node before the log says so, and the log says it is back before its
+    node is cleared: a reader that takes the log first and the state after (``fleet.observe``)
+    then never sees a rank named in the log that its node does not show."""
     phase = "decided" if shown else "recovered"
-    self.log({"kind": Kind.STRAGGLER.value, "nodes": [s.node] if s.node else [], "job": s.job,
-              "rank": s.rank, "phase": phase, "reason": reason})  # fmt: skip
-    if not s.node:
-        return
-    with contextlib.suppress(ClusterError, OSError), self._update() as st:
-        for node in st.nodes:
-            if node.name == s.node:
-                node.straggler = shown
+    record = {"kind": Kind.STRAGGLER.value, "nodes": [s.node] if s.node else [], "job": s.job,
+              "rank": s.rank, "phase": phase, "reason": reason}  # fmt: skip
+    if not shown:
+        self.log(record)
+    if s.node:
+        with contextlib.suppress(ClusterError, OSError), self._update() as st:
+            for node in st.nodes:
+                if node.name == s.node:
+                    node.straggler = shown
+    if shown:
+        self.log(record)
 
 
 def _profile(self: Agent, action: Action, s: Straggler, state: ClusterState) -> None:
