@@ -1,5 +1,5 @@
 """One chunk of a trace through both per-chunk transforms: DuckDB's SQL (``_sql.rows`` over
-``read_json``) and the compiled reader (``_creader`` + ``_sql.rows_from_columns``). Prints the CPU
+``read_json``) and the compiled reader (``_creader`` + ``_arrow_rows.from_reader_columns``). Prints the CPU
 seconds of each (median of --rounds) and whether the rows are the same.
 
     .venv/bin/python bench/creader_chunk.py \
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from hyperscope.store import _creader, _sql
+from hyperscope.store import _arrow_rows, _creader, _sql
 from hyperscope.store._tracefile import TraceFile
 
 
@@ -34,9 +34,9 @@ def c_rows(con: duckdb.DuckDBPyConnection, text: bytes, count: int) -> list[tupl
     table = _creader.read_columns(text, count)
     if table is None:
         return None
-    con.register("cols", table)
+    con.register("cols", _arrow_rows.from_reader_columns(table, rank=0, node="n"))
     try:
-        return con.execute(_sql.rows_from_columns("cols", 0, "n")).fetchall()
+        return con.execute("SELECT * FROM cols").fetchall()
     finally:
         con.unregister("cols")
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hyperscope import Store
-from hyperscope.store import _creader, _sql
+from hyperscope.store import _arrow_rows, _creader, _sql
 from hyperscope.store._tracefile import TraceFile
 from hyperscope.store._validate import fast_path_safe
 from hyperscope.store.synth import SynthSpec, write_job
@@ -41,9 +41,9 @@ def _c_rows(text: bytes, count: int) -> list[tuple[object, ...]] | None:
     table = _creader.read_columns(text, count)
     if table is None:
         return None
-    con = duckdb.connect()
-    con.register("cols", table)
-    return con.execute(_sql.rows_from_columns("cols", 3, "node-a")).fetchall()
+    con = duckdb.connect()  # Arrow's rows, as DuckDB gives them back (the same Python values)
+    con.register("cols", _arrow_rows.from_reader_columns(table, rank=3, node="node-a"))
+    return con.execute("SELECT * FROM cols").fetchall()
 
 
 def _same(tmp: Path, text: bytes, count: int) -> None:
@@ -93,6 +93,17 @@ EVENTS = [
     '{"ph":"X","cat":"gpu_memcpy","name":"Memcpy DtoH (Device -> Pinned)","pid":0,"tid":7,"ts":8,'
     '"dur":1,"args":{"bytes":4096}}',
     '{"ph":"X","cat":"user_annotation","name":"ProfilerStep#3","pid":1,"tid":1,"ts":1,"dur":9}',
+    # every rule of the kind, in its order: a GPU-side step, memory, 2021's categories, unknown ones
+    '{"ph":"X","cat":"gpu_user_annotation","name":"ProfilerStep#3","pid":0,"tid":7,"ts":1,"dur":9}',
+    '{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":3,"s":"t",'
+    '"args":{"Bytes":512,"Addr":1}}',
+    '{"ph":"X","cat":"Memcpy","name":"Memcpy HtoD (Pageable -> Device)","pid":0,"tid":7,"ts":8,"dur":1}',
+    '{"ph":"X","cat":"Kernel","name":"sgemm","pid":0,"tid":7,"ts":9,"dur":2}',
+    '{"ph":"X","cat":"Operator","name":"aten::add","pid":1,"tid":1,"ts":9,"dur":2}',
+    '{"ph":"X","cat":"mtia_ccp_events","name":"op","pid":2,"tid":1,"ts":9,"dur":2}',
+    '{"ph":"X","cat":"npu_stream_work","name":"op","pid":2,"tid":1,"ts":9,"dur":2}',
+    '{"ph":"t","cat":"fwdbwd","name":"fwdbwd","id":3,"pid":1,"tid":1,"ts":4}',
+    '{"ph":"I","name":"mark","pid":1,"tid":1,"ts":4}',
 ]
 
 

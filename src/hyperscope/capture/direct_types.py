@@ -25,21 +25,13 @@ holds them equal on hand-made rows of every kind and on real TF and JAX captures
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hyperscope.schema.events import (
-    ARG_COLUMNS,
-    CATEGORY_KINDS,
-    EVENT_SCHEMA,
-    MEMCPY_KINDS,
-    SORT_KEY,
-    EventKind,
-    categories_of,
-)
+from hyperscope.schema.events import ARG_COLUMNS, EVENT_SCHEMA, SORT_KEY
+from hyperscope.store._arrow_rows import kinds, memcpy_kinds
 
 __all__ = ["needs_sql", "typed_directly"]
 
@@ -65,7 +57,7 @@ def typed_directly(raw: pa.Table, *, rank: int, node: str) -> pa.Table:
     by ``SORT_KEY`` (what the SQL gives them)."""
     n = raw.num_rows
     ph, cat, name = raw["ph"], raw["cat"], raw["name"]
-    kind = _kinds(ph, cat, name)
+    kind = kinds(ph, cat, name)
     # sorted before the table is made: the typed arg columns (null here) are never taken, and each
     # type's nulls are one array shared by its columns (33 of the schema's 46 columns)
     keys = pa.table({"pid": raw["pid"], "tid": raw["tid"], "kind": kind, "ts_ns": raw["ts_ns"]})
@@ -73,7 +65,7 @@ def typed_directly(raw: pa.Table, *, rank: int, node: str) -> pa.Table:
     columns: dict[str, pa.ChunkedArray] = {
         "pid": raw["pid"], "tid": raw["tid"], "kind": kind, "cat": cat, "ph": ph, "name": name,
         "ts_ns": raw["ts_ns"], "dur_ns": raw["dur_ns"], "flow_id": raw["id"],
-        "memcpy_kind": _memcpy_kinds(cat, name), "args": raw["args"],
+        "memcpy_kind": memcpy_kinds(cat, name), "args": raw["args"],
     }  # fmt: skip
     taken = {k: _chunked(pc.take(v, order)) for k, v in columns.items()}
     taken["rank"] = _chunked(pa.repeat(pa.scalar(rank, pa.int32()), n))
@@ -88,38 +80,3 @@ def typed_directly(raw: pa.Table, *, rank: int, node: str) -> pa.Table:
 
 def _chunked(a: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
     return a if isinstance(a, pa.ChunkedArray) else pa.chunked_array([a])
-
-
-def _kinds(ph: pa.ChunkedArray, cat: pa.ChunkedArray, name: pa.ChunkedArray) -> pa.ChunkedArray:
-    """``store/_sql.kind_case``, its rules in its order (the first that holds wins)."""
-    cats, kinds = _category_table()
-
-    def when(cond: pa.ChunkedArray, value: str, otherwise: pa.ChunkedArray) -> pa.ChunkedArray:
-        return pc.if_else(pc.fill_null(cond, False), value, otherwise)
-
-    kind = pc.if_else(pc.is_in(ph, pa.array(["i", "I"])), str(EventKind.INSTANT), str(EventKind.OTHER))
-    kind = pc.coalesce(pc.take(kinds, pc.index_in(cat, value_set=cats)), kind)
-    gpu = pa.array(list(categories_of(EventKind.GPU_ANNOTATION)))
-    step = pc.and_(
-        pc.starts_with(name, "ProfilerStep#"), pc.invert(pc.is_in(pc.fill_null(cat, ""), value_set=gpu))
-    )
-    kind = when(step, str(EventKind.STEP), kind)
-    kind = when(pc.equal(name, "[memory]"), str(EventKind.MEMORY), kind)
-    kind = when(pc.equal(ph, "C"), str(EventKind.COUNTER), kind)
-    kind = when(pc.is_in(ph, pa.array(["s", "t", "f"])), str(EventKind.FLOW), kind)
-    return when(pc.equal(ph, "M"), str(EventKind.METADATA), kind)
-
-
-@cache
-def _category_table() -> tuple[pa.Array, pa.Array]:
-    return pa.array(list(CATEGORY_KINDS)), pa.array([str(k) for k in CATEGORY_KINDS.values()])
-
-
-def _memcpy_kinds(cat: pa.ChunkedArray, name: pa.ChunkedArray) -> pa.ChunkedArray:
-    """``memcpy_kind``: the first of ``MEMCPY_KINDS`` in a copy's name (RE2, as the SQL's)."""
-    copies = pc.fill_null(pc.is_in(cat, pa.array(list(categories_of(EventKind.MEMCPY)))), False)
-    none = pa.nulls(len(name), pa.string())
-    if not pc.any(copies).as_py():
-        return pa.chunked_array([none])
-    found = pc.struct_field(pc.extract_regex(name, f"(?P<k>{'|'.join(MEMCPY_KINDS)})"), [0])
-    return pc.if_else(copies, found, none)

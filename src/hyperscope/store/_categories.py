@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
-import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from hyperscope.schema.events import DEVICE_CATEGORY_PATTERN, EventKind
 from hyperscope.schema.layout import RankMeta
@@ -19,20 +20,27 @@ from hyperscope.schema.layout import RankMeta
 _NAMED: Final = 8
 
 
-def device_like_others(con: duckdb.DuckDBPyConnection, events: str, ranks: list[RankMeta]) -> list[str]:
+def device_like_others(events: pa.Table, ranks: list[RankMeta]) -> list[str]:
     """One warning per source file whose events of kind ``other`` look device-side: a category
-    name like ``DEVICE_CATEGORY_PATTERN`` or a ``stream`` argument. ``events`` is a relation of
-    the event schema (a table, or ``read_parquet(...)``)."""
-    found = con.execute(
-        f"""SELECT rank, cat, count(*) AS n FROM {events}
-            WHERE kind = ? AND cat IS NOT NULL AND ph IN ('X', 'B', 'E')
-              AND (regexp_matches(cat, ?, 'i') OR stream IS NOT NULL)
-            GROUP BY rank, cat ORDER BY rank, n DESC, cat""",
-        [EventKind.OTHER.value, DEVICE_CATEGORY_PATTERN],
-    ).fetchall()
+    name like ``DEVICE_CATEGORY_PATTERN`` or a ``stream`` argument. ``events``: rows of the event
+    schema, or just those of kind ``other`` (``profile.Written.others``)."""
+    kept = pc.fill_null(
+        pc.and_(
+            pc.and_(pc.equal(events["kind"], EventKind.OTHER.value), pc.is_valid(events["cat"])),
+            pc.is_in(events["ph"], pa.array(["X", "B", "E"])),
+        ),
+        False,
+    )
+    named = pc.match_substring_regex(events["cat"], DEVICE_CATEGORY_PATTERN, ignore_case=True)
+    looks = pc.or_(pc.fill_null(named, False), pc.is_valid(events["stream"]))
+    found = events.select(["rank", "cat"]).filter(pc.and_(kept, looks))
+    if found.num_rows == 0:
+        return []
+    counted = found.group_by(["rank", "cat"]).aggregate([([], "count_all")]).to_pylist()
+    counted.sort(key=lambda r: (r["rank"], -r["count_all"], r["cat"]))
     by_rank: dict[int, list[tuple[str, int]]] = {}
-    for rank, cat, n in found:
-        by_rank.setdefault(int(rank), []).append((str(cat), int(n)))
+    for row in counted:
+        by_rank.setdefault(int(row["rank"]), []).append((str(row["cat"]), int(row["count_all"])))
     files = {m.rank: m.source_file for m in ranks}
     warnings = []
     for rank, cats in by_rank.items():

@@ -3,8 +3,8 @@ per event and without a Python object per event.
 
 DuckDB's transform of a chunk (``_sql.rows``) is most of the import's time: it parses every event's
 ``args`` once per typed column. ``_kineto_reader.c`` reads each event once and writes the columns
-straight into Arrow buffers; ``_sql.rows_from_columns`` then adds rank, node, kind and memcpy_kind
-over those columns in one vectorised statement.
+straight into Arrow buffers; ``_arrow_rows.from_reader_columns`` then adds rank, node, kind and
+memcpy_kind over those columns with Arrow compute.
 
 The C file ships in the package and is compiled on first use with the system's C compiler into the
 user's cache (named by the source's hash, so an upgrade compiles afresh; written under a temporary
@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
@@ -153,26 +153,28 @@ def read_columns(text: bytes, count: int) -> pa.Table | None:
         return None
     size = len(text)
     arrays = (_Column * len(COLUMNS))()
-    keep: list[object] = []
+    keys: list[bytes] = []
+    # each column's buffers, kept alive by its Arrow array alone: a column let go frees its memory
+    owned: list[list[np.ndarray[Any, Any]]] = []
     nbits = (count + 7) // 8
     for i, (name, kind) in enumerate(COLUMNS):
         col = arrays[i]
         col.type = kind
         if i >= len(FIXED):
             key = ARG_COLUMNS[i - len(FIXED)].key.encode()
-            keep.append(key)
+            keys.append(key)
             col.key, col.keylen = key, len(key)
         valid = np.zeros(nbits, np.uint8)
         col.valid = valid.ctypes.data
-        keep.append(valid)
+        mine: list[np.ndarray[Any, Any]] = [valid]
         if kind in (_T_INT, _T_DOUBLE):
             values = np.zeros(count, np.int64)
             col.values = values.ctypes.data
-            keep.append(values)
+            mine.append(values)
         else:
             offsets = np.zeros(count + 1, np.int32)
             col.offsets = offsets.ctypes.data
-            keep.append(offsets)
+            mine.append(offsets)
             if kind == _T_STR:
                 cap = 2 * size + 4096 if name == "args" else size + 16
                 data = np.empty(cap, np.uint8)
@@ -181,17 +183,16 @@ def read_columns(text: bytes, count: int) -> pa.Table | None:
                 cap = size // 2 + 16
                 data = np.empty(cap, np.int64)
                 col.values, col.cap = data.ctypes.data, cap
-            keep.append(data)
+            mine.append(data)
+        owned.append(mine)
     got = lib.hs_read_events(text, size, count, arrays, len(COLUMNS))
     if got != count:
         return None
-    out = []
-    for i, (_, kind) in enumerate(COLUMNS):
-        out.append(_to_arrow(kind, count, arrays[i], keep))
+    out = [_to_arrow(kind, count, arrays[i], owned[i]) for i, (_, kind) in enumerate(COLUMNS)]
     return pa.table(out, names=[name for name, _ in COLUMNS])
 
 
-def _to_arrow(kind: int, count: int, col: _Column, keep: list[object]) -> pa.Array:
+def _to_arrow(kind: int, count: int, col: _Column, keep: list[np.ndarray[Any, Any]]) -> pa.Array:
     valid = pa.foreign_buffer(col.valid, (count + 7) // 8, base=keep)
     if kind in (_T_INT, _T_DOUBLE):
         values = pa.foreign_buffer(col.values, 8 * count, base=keep)

@@ -5,10 +5,12 @@ file and per statement: the first DuckDB connection, each statement's planning, 
 In one process these are paid one file after another, while HTA parses ranks in a forked pool.
 Here the files are split among ``min(cpus, files)`` processes, forked before this process opens
 any DuckDB connection (a fork copies no DuckDB threads, only what is already imported). Each
-worker stages its files in a DuckDB of its own, one chunk at a time (so no more chunks are in
-flight than in one process), and writes its rows to one Parquet part in the import's staging
-directory. The parent only checks the headers first (fail fast), settles each rank (clock, count)
-and sorts the parts into the profile, as the one-process import does.
+worker stages its files as one process does (``_staged``: Arrow in memory, a DuckDB of its own
+only for chunks the compiled reader gives back or rows past its share of the memory limit), one
+chunk at a time (so no more chunks are in flight than in one process), and writes its rows to one
+Parquet part in the import's staging directory. The parent only checks the headers first (fail
+fast), settles each rank (clock, count) from the figures the workers send, and sorts the parts
+into the profile, as the one-process import does.
 
 Errors: the first worker error (naming its file) is raised in the parent, the other workers are
 stopped and waited for, and the staging directory is then removed as always: nothing is stored.
@@ -32,13 +34,11 @@ from typing import Any, Final
 
 from hyperscope.errors import StoreError
 from hyperscope.schema.layout import RankMeta
-from hyperscope.store import _sql
-from hyperscope.store.importer import STAGED_TABLE, Figures, Importer, ReadFile
+from hyperscope.store._arrow_rows import Figures
+from hyperscope.store.importer import Importer, ReadFile
 
 #: The import's DuckDB memory limit, shared among the workers (each stages a share of the rows).
 MEMORY_LIMIT_MB: Final = 256
-#: Rows of a worker's part are written once and read once: a cheap codec, not a small file.
-PART_CODEC: Final = "lz4_raw"
 
 
 def single_threaded() -> bool:
@@ -84,18 +84,11 @@ class _Worker:
 
 @dataclass(slots=True)
 class Staged:
-    """What the workers staged: per file (in the order given), and the parts holding the rows."""
+    """What the workers staged: per file (in the order given), and each worker's part (the
+    Parquet file of its rows) with its figures."""
 
     read: list[ReadFile]
-    figures: Figures
-    parts: list[Path] = field(default_factory=list)
-
-    def source(self, table: str = STAGED_TABLE) -> str:
-        """``table`` (rows staged in the parent, e.g. XPlane files) and every part, as one relation."""
-        if not self.parts:
-            return table
-        files = ", ".join(_sql.quote(str(p)) for p in self.parts)
-        return f"(SELECT * FROM {table} UNION ALL BY NAME SELECT * FROM read_parquet([{files}]))"
+    parts: list[tuple[Path, Figures]] = field(default_factory=list)
 
 
 class RankPool:
@@ -146,7 +139,7 @@ class RankPool:
     def result(self) -> Staged:
         """Wait for every worker; the first error raised by one is raised here."""
         read: dict[int, ReadFile] = {}
-        figures: Figures = {}
+        figures: dict[Path, Figures] = {}
         pending = {w.conn: w for w in self.workers}
         while pending:
             for conn in wait(list(pending)):
@@ -168,11 +161,11 @@ class RankPool:
                 else:
                     files, figs = payload
                     read.update(zip(worker.files, files, strict=True))
-                    figures.update(figs)
+                    figures[worker.part] = figs
                     worker.done = True
                     del pending[conn]  # type: ignore[arg-type]
-        parts = [w.part for w in self.workers]
-        return Staged([read[i] for i in range(len(self.paths))], figures, parts)
+        parts = [(w.part, figures[w.part]) for w in self.workers]
+        return Staged([read[i] for i in range(len(self.paths))], parts)
 
     def stop(self) -> None:
         """Stop every worker that still runs and wait for all of them (their files are then no
@@ -199,8 +192,7 @@ def _work(send: Connection, paths: list[Path], metas: list[RankMeta], folder: Pa
         try:
             read = importer.stage(paths, metas)
             figures = importer.figures()
-            part = _sql.quote(str(folder / "part.parquet"))
-            importer.con.execute(f"COPY {STAGED_TABLE} TO {part} (FORMAT parquet, COMPRESSION {PART_CODEC})")
+            importer.staged.write_part(folder / "part.parquet")
         finally:
             importer.close()
         tell(("done", (read, figures)))

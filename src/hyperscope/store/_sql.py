@@ -168,8 +168,8 @@ def _memcpy_kind() -> str:
 
 
 def _typed_columns(rank: str, node: str, ts_ns: str, dur_ns: str) -> list[str]:
-    """The stored columns up to the typed args, in the events table's order, shared by both
-    readers' final rows: only where rank, node and the times come from differs."""
+    """The stored columns up to the typed args, in the events table's order (the compiled
+    reader's rows get the same from ``_arrow_rows.from_reader_columns``)."""
     cols = [
         f"{rank} AS rank",
         f"{node} AS node",
@@ -185,13 +185,6 @@ def _typed_columns(rank: str, node: str, ts_ns: str, dur_ns: str) -> list[str]:
         _memcpy_kind(),
     ]
     return cols + [f"v{i} AS {c.name}" for i, c in enumerate(ARG_COLUMNS, start=1)]
-
-
-def rows_from_columns(table: str, rank: int, node: str) -> str:
-    """Final rows of the compiled reader's columns (``_creader.COLUMNS``) in ``table``: the same
-    rows ``rows`` gives for the same events, with rank, node, kind and memcpy_kind added here."""
-    cols = [*_typed_columns(f"{int(rank)}::INTEGER", quote(node), "ts_ns", "dur_ns"), "args", "extra"]
-    return "SELECT " + ",\n  ".join(cols) + f" FROM {table}"
 
 
 def _rows(rank: str, node: str) -> str:

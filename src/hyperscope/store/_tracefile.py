@@ -197,8 +197,10 @@ class TraceFile:
         except RecursionError:
             raise TraceFormatError(self.path, _TOO_DEEP, event_index=_too_deep_at(text, index)) from None
         if len(text) > EVENT_LIMIT:
-            for i, event in enumerate(events):
-                self._check_size(len(event), index + i)
+            sizes = list(map(len, events))  # at C speed: a call per event was 0.1 s per 54 MB
+            if max(sizes) > EVENT_LIMIT:
+                for i, size in enumerate(sizes):
+                    self._check_size(size, index + i)
         return len(events)
 
     def _read_header(self, blocks: _Blocks, buf: bytes) -> bytes:

@@ -1,12 +1,13 @@
 """Import of Kineto / Chrome-trace JSON files into one profile.
 
 Each file is streamed in chunks (``_tracefile``); each chunk becomes typed rows through the
-compiled reader (``_creader``) where it can answer for the chunk, else (or a batch of small files'
-chunks, read in one statement) through DuckDB (``_sql``), and lands in an unsorted staging table.
-Chunks that DuckDB's lenient reader cannot be trusted with go through the exact parser
-(``_validate``), which also names what is wrong. Once every file has been read,
-``profile.write_events`` sorts the rows into the profile's events file. Memory stays bounded by
-the chunk size and DuckDB's memory limit, whatever the size of the trace.
+compiled reader (``_creader``, typed by ``_arrow_rows``) where it can answer for the chunk, else
+(or a batch of small files' chunks, read in one statement) through DuckDB (``_sql``), and is held
+unsorted (``_staged``: Arrow tables, moved into DuckDB past a size). Chunks that DuckDB's lenient
+reader cannot be trusted with go through the exact parser (``_validate``), which also names what
+is wrong. Once every file has been read, ``profile.write_events`` sorts the rows into the
+profile's events file. Memory stays bounded by the chunk size, ``_staged.SPILL_BYTES`` and
+DuckDB's memory limit, whatever the size of the trace.
 
 Any error leaves nothing behind: the staging directory is removed and the catalog is not touched.
 """
@@ -27,14 +28,15 @@ import duckdb
 from hyperscope.errors import StoreError, TraceFormatError, UsageError
 from hyperscope.schema.events import MAX_NODE_CHARS, MAX_NS, MAX_RANK
 from hyperscope.schema.layout import RankMeta
-from hyperscope.store import _creader, _sql
+from hyperscope.store import _arrow_rows, _creader, _sql
+from hyperscope.store._arrow_rows import Figures
+from hyperscope.store._staged import STAGED_TABLE, StagedRows
 from hyperscope.store._tracefile import Chunk, TraceFile
 from hyperscope.store._validate import exact_json, fast_path_safe
 
 _RANK_IN_NAME: Final = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
 #: Timestamps above this many microseconds are taken as Unix-epoch based (after 2001-09-09).
 _EPOCH_US_MIN: Final = 10**15
-STAGED_TABLE: Final = "staged_rows"
 #: What a directory given to the import is searched for (XPlane: ``xplane_importer``).
 TRACE_SUFFIXES: Final = (".json", ".json.gz", ".xplane.pb")
 #: Chunks turned into rows at once: DuckDB runs each chunk's statements on one core.
@@ -92,10 +94,8 @@ class ReadFile:
     path: Path
     events: int
     trailer: dict[str, Any]
-
-
-#: Per rank: staged events, the first non-metadata time and the last end (ns, before any offset).
-Figures = dict[int, tuple[int, int | None, int | None]]
+    #: bytes of its events' JSON (decompressed): what the store's size is measured against
+    json_bytes: int = 0
 
 
 def rank_metas(
@@ -109,7 +109,7 @@ def rank_metas(
 
 
 class Importer:
-    """Reads trace files, one rank each, into the staging table ``STAGED_TABLE`` of ``con``."""
+    """Reads trace files, one rank each, into ``staged`` (Arrow in memory, DuckDB beyond a size)."""
 
     def __init__(
         self,
@@ -122,21 +122,35 @@ class Importer:
         self.work_dir = work_dir
         self.progress = progress
         self.workers = workers
-        self.con = duckdb.connect(
-            config={
-                "memory_limit": memory_limit,
-                "threads": 2,
-                "temp_directory": str(work_dir / "spill"),
-                "preserve_insertion_order": False,  # rows are sorted at the end anyway
-            }
-        )
-        self.con.execute("SET enable_progress_bar = false")  # it writes to stdout otherwise
-        # Rows of every chunk, unsorted; DuckDB spills them to work_dir beyond its memory limit.
-        self.con.execute(f"CREATE TABLE {STAGED_TABLE} AS SELECT * FROM ({_sql.empty_events()})")
+        self.memory_limit = memory_limit
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._con_lock = threading.Lock()
+        self.staged = StagedRows(lambda: self.con)
         self.result = StagedImport()
 
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The import's DuckDB, opened on first use: a trace the compiled reader reads whole, and
+        that fits in memory, never needs it (opening it costs ~80 ms)."""
+        with self._con_lock:
+            if self._con is None:
+                con = duckdb.connect(
+                    config={
+                        "memory_limit": self.memory_limit,
+                        "threads": 2,
+                        "temp_directory": str(self.work_dir / "spill"),
+                        "preserve_insertion_order": False,  # rows are sorted at the end anyway
+                    }
+                )
+                con.execute("SET enable_progress_bar = false")  # it writes to stdout otherwise
+                # Rows moved out of memory, unsorted; DuckDB spills them to work_dir beyond its limit.
+                con.execute(f"CREATE TABLE {STAGED_TABLE} AS SELECT * FROM ({_sql.empty_events()})")
+                self._con = con
+            return self._con
+
     def close(self) -> None:
-        self.con.close()
+        if self._con is not None:
+            self._con.close()
 
     def add_files(self, paths: Sequence[Path], rank: int | None, *, default_rank: int | None) -> None:
         """Check every file's header, stage its events, and settle each rank (all in this process)."""
@@ -155,18 +169,18 @@ class Importer:
         compiled = _creader.available()
 
         def work(batch: list[_Item]) -> None:
-            con = getattr(local, "con", None)
-            if con is None:
-                con = local.con = self.con.cursor()
-                con.execute("SET enable_progress_bar = false")
             if compiled:  # the compiled reader first; what it gives back takes the DuckDB path
                 batch = [
                     (path, chunk, fast_path_safe(chunk.text), meta)
                     for path, chunk, fast, meta in batch
-                    if not self._add_columns(con, path, chunk, fast, meta)
+                    if not self._add_columns(chunk, fast, meta)
                 ]
             if not batch:
                 return
+            con = getattr(local, "con", None)
+            if con is None:
+                con = local.con = self.con.cursor()
+                con.execute("SET enable_progress_bar = false")
             # a chunk for the exact path goes alone (the compiled reader's give-backs are checked here)
             if len(batch) == 1 or not all(item[2] for item in batch) or not self._add_batch(con, batch):
                 for item in batch:
@@ -193,13 +207,15 @@ class Importer:
             try:
                 for path, meta in zip(paths, metas, strict=True):
                     trace = TraceFile(path, self.progress)
+                    json_bytes = 0
                     for chunk, fast in _prefetched(trace.chunks(), check=not compiled):
+                        json_bytes += len(chunk.text)
                         if not fast and batch:  # a chunk for the exact path goes alone
                             submit()
                         batch.append((path, chunk, fast, meta))
                         if not fast or sum(len(item[1].text) for item in batch) >= BATCH_BYTES:
                             submit()
-                    read.append(ReadFile(path, trace.events, trace.trailer))
+                    read.append(ReadFile(path, trace.events, trace.trailer, json_bytes))
                 if batch:
                     submit()
                 settle(block=True)
@@ -210,14 +226,8 @@ class Importer:
         return read
 
     def figures(self) -> Figures:
-        """Every rank's figures in one scan (a scan per rank and figure cost seconds at 2.5M rows)."""
-        return {
-            int(rank): (int(count), low, end)
-            for rank, count, low, end in self.con.execute(
-                f"SELECT rank, count(*), min(ts_ns) FILTER (WHERE ph <> 'M'), "
-                f"max(ts_ns::HUGEINT + coalesce(dur_ns, 0)) FROM {STAGED_TABLE} GROUP BY rank"
-            ).fetchall()
-        }
+        """Every rank's figures, taken as its rows came in."""
+        return self.staged.figures
 
     def settle(self, read: Sequence[ReadFile], metas: Sequence[RankMeta], figures: Figures) -> None:
         """Each staged file's trailer, clock and event count; a count that differs refuses all."""
@@ -268,25 +278,19 @@ class Importer:
         except duckdb.Error:
             fast = False
         if fast:
-            con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows_by_file(files)}")
+            self.staged.add(con.sql(_sql.rows_by_file(files)).to_arrow_table())
         for name in names:
             Path(name).unlink()
         return fast
 
-    def _add_columns(
-        self, con: duckdb.DuckDBPyConnection, path: Path, chunk: Chunk, fast: bool, meta: RankMeta
-    ) -> bool:
-        """The chunk's rows through the compiled reader (``_creader``); False, with nothing staged,
-        when it gives the chunk back (the DuckDB path then reads it, and names what is wrong)."""
+    def _add_columns(self, chunk: Chunk, fast: bool, meta: RankMeta) -> bool:
+        """The chunk's rows through the compiled reader (``_creader``) and Arrow (``_arrow_rows``);
+        False, with nothing staged, when the reader gives the chunk back (the DuckDB path then
+        reads it, and names what is wrong)."""
         table = _creader.read_columns(chunk.text, chunk.count) if fast else None
         if table is None:
             return False
-        name = f"hs_columns_{threading.get_ident()}"
-        con.register(name, table)
-        try:
-            con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows_from_columns(name, meta.rank, meta.node)}")
-        finally:
-            con.unregister(name)
+        self.staged.add(_arrow_rows.from_reader_columns(table, rank=meta.rank, node=meta.node))
         return True
 
     def _add_chunk(
@@ -324,7 +328,7 @@ class Importer:
                     f"events {chunk.first_index}..{chunk.first_index + chunk.count - 1} "
                     "hold a value hyperscope cannot store",
                 )
-        con.execute(f"INSERT INTO {STAGED_TABLE} {_sql.rows(meta.rank, meta.node)}")
+        self.staged.add(con.sql(_sql.rows(meta.rank, meta.node)).to_arrow_table())
         events.unlink()
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from hyperscope._proc import process_alive
@@ -27,6 +28,7 @@ from hyperscope.schema.events import (
     SAMPLE_SCHEMA,
     SORT_KEY,
     STATS_COLUMNS,
+    EventKind,
 )
 from hyperscope.schema.layout import (
     EVENTS_DIR,
@@ -43,11 +45,14 @@ from hyperscope.store._sql import empty_events
 if TYPE_CHECKING:  # imported where used: a capture writes its parts without DuckDB
     import duckdb
 
+    from hyperscope.store._staged import StagedRows
+
 ROW_GROUP_ROWS: Final = 128 * 1024
-SMALL_PROFILE_ROWS: Final = 100_000
-#: zstd level of an import's small-profile file. 17 writes the legacy ResNet's 80k events as fast
-#: as 15 (import 3.22 s of CPU either way, 4.30 s at 19) and keeps the 1/50 promise that 15 broke:
-#: ns_resolution_trace in 1/50.8 of its JSON at 17, 1/48.9 at 15, 1/50.9 at 19 (bench/storage.py).
+#: zstd level of an import's events file: 0.15 s for df_index_resolver's 216k rows (562 KB), where
+#: 17 takes 0.56 s (508 KB); the legacy ResNet 0.06 s at 9 (317 KB), 0.36 s at 17 (286 KB).
+IMPORT_FAST_LEVEL: Final = 9
+#: zstd level of a second write where the first is over its share of the 1/50 promise: only
+#: ns_resolution_trace among the shared traces (302 KB at 9, 293 KB at 17, of 308 KB in all).
 IMPORT_ZSTD_LEVEL: Final = 17
 
 
@@ -77,42 +82,96 @@ def _remove_abandoned(root: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What ``write_events`` wrote: its rows, the profile's time bounds (metadata events aside)
+    and the rows of kind ``other`` that have a category (for ``_categories.device_like_others``)."""
+
+    rows: int
+    ts_min_ns: int | None
+    ts_max_ns: int | None
+    others: pa.Table
+
+
 def write_events(
-    con: duckdb.DuckDBPyConnection,
-    source: str,
-    out_dir: Path,
-    offsets: dict[int, int],
-) -> int:
-    """Sort staged rows by track and time, add each rank's clock offset, write one Parquet file.
+    staged: StagedRows, out_dir: Path, offsets: dict[int, int], *, budget_bytes: int | None = None
+) -> Written:
+    """Sort the staged rows by track and time, add each rank's clock offset, write one Parquet file.
 
-    ``source`` is a table or a ``read_parquet(...)`` over staged parts. Rows are sorted by rank
-    first, so row-group statistics let a reader of one rank skip the others.
-
-    Two writers, each where it is better (measured on the real traces, see bench/): small
-    profiles go through pyarrow with zstd ``IMPORT_ZSTD_LEVEL``, per-column encodings and one
-    shared dictionary, where fixed costs weigh most (DuckDB's file is 1.6x larger on the 8-rank
-    DLRM set); large ones through DuckDB's own writer, which streams the sort within DuckDB's
-    memory limit, runs on every core and gives a smaller file on them (0.52 MB against 0.57 MB on
-    df_index_resolver).
+    Rows are sorted by rank first, so row-group statistics let a reader of one rank skip the
+    others. Rows held in memory are sorted by Arrow and written by pyarrow at zstd
+    ``IMPORT_FAST_LEVEL``, per-column encodings and one shared dictionary; where that file is
+    over ``budget_bytes`` (the share of the promise ``raw JSON / 50`` the events file may take) it
+    is written again at ``IMPORT_ZSTD_LEVEL``. Rows moved into DuckDB (a trace too large to hold)
+    are sorted by DuckDB, within its memory limit and on every core.
     """
     events_dir = out_dir / EVENTS_DIR
     events_dir.mkdir(parents=True, exist_ok=True)
     target = events_dir / "part-00000.parquet"
-    rows = int(con.sql(f"SELECT count(*) FROM {source}").fetchall()[0][0])
+    table = staged.in_memory()
+    if table is None:
+        return _write_with_duckdb(staged, target, offsets)
+    table = _shifted(table, offsets)
+    timed = table.select(["ts_ns", "dur_ns"]).filter(pc.not_equal(table["ph"], "M"))
+    ends = pc.add(timed["ts_ns"], pc.fill_null(timed["dur_ns"], 0))
+    low, high = pc.min(timed["ts_ns"]).as_py(), pc.max(ends).as_py()
+    order = pc.sort_indices(table.select(list(SORT_KEY)), sort_keys=[(k, "ascending") for k in SORT_KEY])
+    write_sorted(table, order, target, level=IMPORT_FAST_LEVEL)
+    if budget_bytes is not None and target.stat().st_size > budget_bytes:
+        write_sorted(table, order, target, level=IMPORT_ZSTD_LEVEL)
+    others = table.select(["rank", "cat", "kind", "ph", "stream"]).filter(
+        pc.and_(pc.equal(table["kind"], EventKind.OTHER.value), pc.is_valid(table["cat"]))
+    )
+    return Written(table.num_rows, low, high, others)
+
+
+def _shifted(table: pa.Table, offsets: dict[int, int]) -> pa.Table:
+    """``table`` with each rank's clock offset added to its ``ts_ns``."""
+    shifts = {r: o for r, o in offsets.items() if o}
+    if not shifts:
+        return table
+    ranks = pa.array(list(shifts), pa.int32())
+    by_row = pc.fill_null(
+        pc.take(pa.array(list(shifts.values()), pa.int64()), pc.index_in(table["rank"], ranks)), 0
+    )
+    column = EVENT_SCHEMA.get_field_index("ts_ns")
+    return table.set_column(column, "ts_ns", pc.add_checked(table["ts_ns"], by_row))
+
+
+def _write_with_duckdb(staged: StagedRows, target: Path, offsets: dict[int, int]) -> Written:
+    con = staged.connection()
+    source = staged.relation()
     shift = " ".join(f"WHEN {int(r)} THEN {int(o)}" for r, o in offsets.items())
     select = (
         f"SELECT * REPLACE (ts_ns + CASE rank {shift} ELSE 0 END AS ts_ns) FROM {source} "
         f"ORDER BY {', '.join(SORT_KEY)}"
     )
-    if rows > SMALL_PROFILE_ROWS:
-        con.execute(
-            f"COPY ({select}) TO '{_sq(str(target))}' (FORMAT parquet, COMPRESSION zstd, "
-            f"COMPRESSION_LEVEL 9, PARQUET_VERSION V2, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
-        )
-        return rows
-    names = [f.name for f in EVENT_SCHEMA]
-    write_part(con.sql(select).to_arrow_table().select(names), target, level=IMPORT_ZSTD_LEVEL)
-    return rows
+    con.execute(
+        f"COPY ({select}) TO '{_sq(str(target))}' (FORMAT parquet, COMPRESSION zstd, "
+        f"COMPRESSION_LEVEL 9, PARQUET_VERSION V2, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
+    )
+    written = f"read_parquet('{_sq(str(target))}')"
+    rows, low, high = con.execute(
+        f"SELECT count(*), min(ts_ns) FILTER (WHERE ph <> 'M'), "
+        f"max(ts_ns + coalesce(dur_ns, 0)) FILTER (WHERE ph <> 'M') FROM {written}"
+    ).fetchall()[0]
+    others = con.sql(
+        f"SELECT rank, cat, kind, ph, stream FROM {written} WHERE kind = $kind AND cat IS NOT NULL",
+        params={"kind": EventKind.OTHER.value},
+    ).to_arrow_table()
+    return Written(int(rows), low, high, others)
+
+
+def write_sorted(table: pa.Table, order: pa.Array, path: Path, *, level: int) -> None:
+    """``table``'s rows in ``order`` into one Parquet file, a row group at a time (so the sorted
+    copy is never whole in memory), in the layout of ``write_part``."""
+    writer = _writer(path, EVENT_SCHEMA, level)
+    try:
+        for start in range(0, max(len(order), 1), ROW_GROUP_ROWS):
+            part = table.take(order.slice(start, ROW_GROUP_ROWS))
+            writer.write_table(part.cast(EVENT_SCHEMA), row_group_size=ROW_GROUP_ROWS)
+    finally:
+        writer.close()
 
 
 def write_part(table: pa.Table, path: Path, *, level: int = 19) -> None:
@@ -123,8 +182,16 @@ def write_part(table: pa.Table, path: Path, *, level: int = 19) -> None:
     capture writes at ``level`` 9: 8.7x faster than 19 for 9% more bytes (measured on CPU ops).
     """
     schema = EVENT_SCHEMA if "kind" in table.column_names else SAMPLE_SCHEMA
+    writer = _writer(path, schema, level)
+    try:
+        writer.write_table(table.cast(schema), row_group_size=ROW_GROUP_ROWS)
+    finally:
+        writer.close()
+
+
+def _writer(path: Path, schema: pa.Schema, level: int) -> pq.ParquetWriter:
     strings = [f.name for f in schema if f.type == pa.string()]
-    writer = pq.ParquetWriter(
+    return pq.ParquetWriter(
         path,
         schema,
         compression="zstd",
@@ -134,10 +201,6 @@ def write_part(table: pa.Table, path: Path, *, level: int = 19) -> None:
         write_statistics=[c for c in (*STATS_COLUMNS, "metric") if c in schema.names],
         store_schema=False,  # the Parquet schema says it all; the Arrow copy costs ~3 KB a file
     )
-    try:
-        writer.write_table(table.cast(schema), row_group_size=ROW_GROUP_ROWS)
-    finally:
-        writer.close()
 
 
 def publish(home: Path, staged: Path, meta: ProfileMeta) -> Path:

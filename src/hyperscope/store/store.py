@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import duckdb
 
@@ -22,12 +23,13 @@ from hyperscope.schema.layout import (
     RankMeta,
     profile_dir,
 )
-from hyperscope.store import _rankpool, _sql
+from hyperscope.store import _rankpool
 from hyperscope.store import profile as _profile
+from hyperscope.store._arrow_rows import system_allocator
 from hyperscope.store._categories import device_like_others
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
 from hyperscope.store.home import default_home as default_home  # re-exported: its old home
-from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, rank_metas, trace_files
+from hyperscope.store.importer import FileResult, Importer, ReadFile, rank_metas, trace_files
 from hyperscope.store.xplane_importer import add_xplane_files, is_xplane, prefer_xplane, readable_xla_json
 
 _DISK_FULL = "{home}: disk full while importing; nothing was stored. Free space and retry."
@@ -92,7 +94,7 @@ class Store:
         source_bytes = sum(f.stat().st_size for f in files)
         created = time.time_ns()
         try:
-            with _profile.staging(self.home) as work, contextlib.ExitStack() as workers:
+            with _profile.staging(self.home) as work, contextlib.ExitStack() as workers, system_allocator():
                 single = 0 if len(files) == 1 else None
                 json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
                 pool, metas = None, rank_metas(json_files, rank, single)  # fail fast, before any read
@@ -104,23 +106,21 @@ class Store:
                 importer = Importer(work, progress=progress)
                 try:
                     importer.result.ranks.extend(metas)
-                    source = STAGED_TABLE
                     if pool is None:
-                        importer.settle(importer.stage(json_files, metas), metas, importer.figures())
+                        read = importer.stage(json_files, metas)
                     else:
-                        parts = pool.result()
-                        importer.settle(parts.read, metas, parts.figures)
-                        source = parts.source()
+                        done = pool.result()
+                        read = done.read
+                        for part, found in done.parts:
+                            importer.staged.add_part(part, found)
+                    importer.settle(read, metas, importer.figures())
                     add_xplane_files(importer, [f for f in files if is_xplane(f)], rank, default_rank=single)
                     staged = importer.result
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
-                    events = _profile.write_events(importer.con, source, out, offsets)
-                    written = f"read_parquet({_sql.quote(str(out / 'events' / '*.parquet'))})"
-                    bounds = importer.con.execute(
-                        f"SELECT min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {written} WHERE ph <> 'M'"
-                    ).fetchall()[0]
-                    warnings = device_like_others(importer.con, written, staged.ranks)
+                    written = _profile.write_events(importer.staged, out, offsets, budget_bytes=_budget(read))
+                    events = written.rows
+                    warnings = device_like_others(written.others, staged.ranks)
                 finally:
                     importer.close()
                 meta = ProfileMeta(
@@ -129,8 +129,8 @@ class Store:
                     created_ns=created,
                     ranks=sorted(staged.ranks, key=lambda r: r.rank),
                     events=events,
-                    ts_min_ns=bounds[0] if bounds else None,
-                    ts_max_ns=bounds[1] if bounds else None,
+                    ts_min_ns=written.ts_min_ns,
+                    ts_max_ns=written.ts_max_ns,
                 )
                 target = _profile.publish(self.home, out, meta)
         except OSError as exc:
@@ -223,3 +223,23 @@ class Store:
         from hyperscope.store.chrome import export_chrome
 
         return export_chrome(self.profile(job, profile_id), Path(out), rank=rank, progress=progress)
+
+
+#: Of the promise that a profile takes at most 1/50 of its JSON and 1/3 of its gzip, the share
+#: the events file may take before it is written again at a higher zstd level (the rest is the
+#: dashboard, metadata and the other files kept beside it: ~10 KB on the shared traces).
+_EVENTS_SHARE: Final = 0.9
+
+
+def _budget(read: Sequence[ReadFile]) -> int | None:
+    """Bytes the events file may take: 1/50 of each file's JSON, or 1/3 of it gzipped where the
+    file is (``.gz``; a plain file's gzip is not known without compressing it)."""
+    if not read:
+        return None
+    total = 0.0
+    for done in read:
+        share = done.json_bytes / 50
+        if done.path.name.endswith(".gz"):
+            share = min(share, done.path.stat().st_size / 3)
+        total += share
+    return int(total * _EVENTS_SHARE)

@@ -20,7 +20,7 @@ from hyperscope.capture.torch_backend import typed_rows
 from hyperscope.capture.xplane import read_rows
 from hyperscope.errors import TraceFormatError, UsageError
 from hyperscope.schema.layout import RankMeta
-from hyperscope.store.importer import STAGED_TABLE, FileResult, Importer, rank_from_name
+from hyperscope.store.importer import FileResult, Importer, rank_from_name
 
 XPLANE_SUFFIX: Final = ".xplane.pb"
 #: Below this, the XPlane's times count from the profile's start (no start time was kept in it).
@@ -117,7 +117,7 @@ def _after_list_start(text: bytes, at: int) -> bool:
 def add_xplane_files(
     importer: Importer, paths: Sequence[Path], rank: int | None, *, default_rank: int | None
 ) -> None:
-    """Stage every XPlane file into ``importer``'s table, one rank each."""
+    """Stage every XPlane file's rows into ``importer``, one rank each."""
     taken = {m.rank: m.source_file for m in importer.result.ranks}
     for path in paths:
         r = rank if rank is not None else rank_from_name(path)
@@ -134,11 +134,7 @@ def add_xplane_files(
         taken[r] = str(path)
         node = path.name[: -len(XPLANE_SUFFIX)]  # the profilers name the file after the host
         table = typed_rows(read_rows(path), rank=r, node=node, con=importer.con)
-        importer.con.register("xplane_rows", table)
-        try:
-            importer.con.execute(f"INSERT INTO {STAGED_TABLE} BY NAME SELECT * FROM xplane_rows")
-        finally:
-            importer.con.unregister("xplane_rows")
+        importer.staged.add(table)
         low = pc.min(table["ts_ns"]).as_py() if table.num_rows else None
         clock = "epoch_ns" if low is not None and low >= _EPOCH_NS_MIN else "relative"
         importer.result.ranks.append(
