@@ -30,8 +30,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The test process may run other threads (an earlier test's DuckDB); these tests fork on purpose."""
+    """The test process may run other threads (an earlier test's DuckDB); these tests fork on purpose,
+    with files far smaller than an import forks for."""
     monkeypatch.setattr(_rankpool, "single_threaded", lambda: True)
+    monkeypatch.setattr(_rankpool, "POOL_MIN_BYTES", 0)
 
 
 def test_no_fork_while_other_threads_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,9 +65,12 @@ def _nothing_stored(home: Path) -> None:
     assert list((home / PROFILES_DIR).iterdir()) == []  # no profile, no staging directory left
 
 
-def test_processes_for_one_per_cpu_and_file() -> None:
+def test_processes_for_one_per_cpu_and_file(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _rankpool.processes_for(1) == 0  # one file: staged in this process
     assert _rankpool.processes_for(8) == min(8, len(os.sched_getaffinity(0)))
+    monkeypatch.setattr(_rankpool, "POOL_MIN_BYTES", 32 << 20)
+    assert _rankpool.processes_for(8, 7 << 20) == 0  # small files: in this process
+    assert _rankpool.processes_for(8, 64 << 20) == min(8, len(os.sched_getaffinity(0)))
 
 
 def test_split_balances_sizes_and_keeps_order() -> None:
@@ -85,7 +90,7 @@ def test_workers_store_what_one_process_stores(tmp_path: Path, monkeypatch: pyte
         pooled = _stored(store, "j")
     assert sum(seen) == sum(f.stat().st_size for f in [*files, gz])  # every worker's bytes
     assert [f.rank for f in report.files] == [0, 1, 2, 3]
-    monkeypatch.setattr(_rankpool, "processes_for", lambda files: 0)
+    monkeypatch.setattr(_rankpool, "processes_for", lambda files, json_bytes=None: 0)
     with Store(tmp_path / "alone") as store:
         store.import_traces([tmp_path / "job"], "j")
         alone = _stored(store, "j")

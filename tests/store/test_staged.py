@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hyperscope import Store
+from hyperscope.schema.events import SORT_KEY
 from hyperscope.store import _rankpool, _staged, profile
 from hyperscope.store.synth import SynthSpec, write_job
 
@@ -34,6 +35,7 @@ def test_rows_moved_into_duckdb_are_stored_as_rows_held_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranks: int, pool: bool
 ) -> None:
     monkeypatch.setattr(_rankpool, "single_threaded", lambda: True)  # an earlier test's threads
+    monkeypatch.setattr(_rankpool, "POOL_MIN_BYTES", 0)  # the pool even for files this small
     if pool and _rankpool.processes_for(ranks) == 0:
         pytest.skip("worker processes need fork and 2 CPUs")
     monkeypatch.setattr(_rankpool, "single_threaded", lambda: pool)  # parts from workers, or none
@@ -84,3 +86,16 @@ def test_figures_are_taken_as_rows_come_in(tmp_path: Path) -> None:
         ends = [r["ts_ns"] + (r["dur_ns"] or 0) for r in mine if r["ts_ns"] is not None]
         assert staged.figures[rank] == (len(mine), min(r["ts_ns"] for r in timed), max(ends))
     assert staged.rows == table.num_rows
+
+
+def test_rows_past_a_row_group_are_written_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = tmp_path / "job"
+    write_job(job, SynthSpec(ranks=2, steps=3, ops_per_step=40, seed=9))
+    one, _ = _import(tmp_path, job, "one")
+    monkeypatch.setattr(profile, "ROW_GROUP_ROWS", 100)
+    many, _ = _import(tmp_path, job, "many")
+    assert pq.ParquetFile(many / "events" / "part-00000.parquet").metadata.num_row_groups > 2
+    rows = _rows(many)
+    keys = [tuple(r[k] for k in SORT_KEY) for r in rows]
+    assert keys == sorted(keys)  # each row group goes on where the one before ends
+    assert sorted(map(repr, rows)) == sorted(map(repr, _rows(one)))

@@ -36,7 +36,7 @@ from hyperscope.analysis.filters import profile_filters
 from hyperscope.analysis.memory_view import BUCKETS as MEMORY_BUCKETS
 from hyperscope.analysis.memory_view import TOP as MEMORY_TOP
 from hyperscope.analysis.memory_view import memory_view
-from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
+from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, timeline_store_min, write_packed
 from hyperscope.store.profile import Profile
 
 log = logging.getLogger("hyperscope.analysis")
@@ -160,6 +160,8 @@ def precompute_timeline(profile: Profile) -> float | None:
     """Build the profile's timeline index and keep it beside the profile (nothing to do when it is
     there already); the seconds it took, or None when it failed or the store is read-only (the
     server then builds it at the first timeline request). Never raises: a warning at most."""
+    if profile.meta.events < timeline_store_min():
+        return None  # kept in memory at the first view: nothing to build, nor the timeline to import
     from hyperscope.timeline.index import store
 
     started = time.perf_counter()

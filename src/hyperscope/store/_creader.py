@@ -34,6 +34,8 @@ import pyarrow as pa
 from hyperscope.schema.events import ARG_COLUMNS
 
 SOURCE: Final = Path(__file__).with_name("_kineto_reader.c")
+#: Compiled into the same library: the count of complete values the reader's cuts are checked by.
+SOURCES: Final = (SOURCE, Path(__file__).with_name("_json_values.c"))
 #: ``sql`` turns the compiled reader off (the DuckDB path reads every chunk); anything else, or
 #: unset, uses it where it can be built.
 ENV: Final = "HYPERSCOPE_IMPORT_READER"
@@ -91,10 +93,10 @@ def cache_dir() -> Path:
 
 
 def build(out_dir: Path | None = None) -> Path | None:
-    """The compiled reader (compiled now if this source's build is not cached); None without a
+    """The compiled reader (compiled now if these sources' build is not cached); None without a
     working C compiler."""
-    source = SOURCE.read_bytes()
-    target = (out_dir or cache_dir()) / f"kineto_reader-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)).hexdigest()[:16]
+    target = (out_dir or cache_dir()) / f"kineto_reader-{digest}.so"
     if target.is_file():
         return target
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
@@ -105,7 +107,7 @@ def build(out_dir: Path | None = None) -> Path | None:
         fd, tmp = tempfile.mkstemp(prefix=target.name, suffix=".tmp", dir=target.parent)
         os.close(fd)
         done = subprocess.run(
-            [compiler, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+            [compiler, "-O2", "-shared", "-fPIC", "-o", tmp, *map(str, SOURCES)],
             capture_output=True,
             timeout=120,
         )
@@ -127,6 +129,12 @@ def _library() -> ctypes.CDLL | None:
                 try:
                     lib = ctypes.CDLL(str(path))  # CDLL releases the GIL during each call
                     lib.hs_read_events.restype = ctypes.c_int64
+                    lib.hs_count_values.restype = ctypes.c_int64
+                    lib.hs_count_values.argtypes = (
+                        ctypes.c_char_p,
+                        ctypes.c_int64,
+                        ctypes.POINTER(ctypes.c_int64),
+                    )
                     lib.hs_read_events.argtypes = (
                         ctypes.c_char_p,
                         ctypes.c_int64,
@@ -143,6 +151,18 @@ def _library() -> ctypes.CDLL | None:
 def available() -> bool:
     """Whether chunks go to the compiled reader first (see ``ENV``)."""
     return os.environ.get(ENV, "").lower() != "sql" and _library() is not None
+
+
+def count_values(text: bytes) -> tuple[int, int] | None:
+    """How many complete JSON values ``text`` holds (as inside an array) and the longest one's
+    bytes; None when the compiled code is not sure (``_json_values.c``: then msgspec decides) or
+    is not available."""
+    lib = _library() if available() else None
+    if lib is None:
+        return None
+    largest = ctypes.c_int64(0)
+    got = lib.hs_count_values(text, len(text), ctypes.byref(largest))
+    return None if got < 0 else (int(got), int(largest.value))
 
 
 def read_columns(text: bytes, count: int) -> pa.Table | None:

@@ -34,11 +34,23 @@ from typing import Any, Final
 
 from hyperscope.errors import StoreError
 from hyperscope.schema.layout import RankMeta
+from hyperscope.store import _staged
 from hyperscope.store._arrow_rows import Figures
 from hyperscope.store.importer import Importer, ReadFile
 
 #: The import's DuckDB memory limit, shared among the workers (each stages a share of the rows).
 MEMORY_LIMIT_MB: Final = 256
+#: Below this much JSON in all, the files are staged in this process: without a DuckDB statement
+#: per chunk, forking, writing and reading back the parts cost more than they save (the 8-rank
+#: DLRM set, 7.4 MB: 0.20-0.25 s in one process, 0.28 s in two; median of 5, quiet).
+POOL_MIN_BYTES: Final = 32 << 20
+#: A gzipped file's JSON, estimated from its size (Kineto's traces gzip 12-24x).
+GZIP_RATIO: Final = 8
+
+
+def json_bytes(paths: Sequence[Path]) -> int:
+    """About how much JSON ``paths`` hold (gzip estimated at ``GZIP_RATIO``)."""
+    return sum(_size(p) * (GZIP_RATIO if p.name.endswith(".gz") else 1) for p in paths)
 
 
 def single_threaded() -> bool:
@@ -50,10 +62,13 @@ def single_threaded() -> bool:
     return threading.active_count() == 1
 
 
-def processes_for(files: int) -> int:
-    """Worker processes for ``files`` rank files: one per CPU this process may use, at most one
-    per file; 0 (stage in this process) where fork is unavailable or unsafe (other threads run)
-    or one process would do."""
+def processes_for(files: int, json_bytes: int | None = None) -> int:
+    """Worker processes for ``files`` rank files (of about ``json_bytes`` of JSON, where known):
+    one per CPU this process may use, at most one per file; 0 (stage in this process) where fork
+    is unavailable or unsafe (other threads run), one process would do, or the files are under
+    ``POOL_MIN_BYTES`` in all."""
+    if json_bytes is not None and json_bytes < POOL_MIN_BYTES:
+        return 0
     if "fork" not in multiprocessing.get_all_start_methods() or not single_threaded():
         return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -119,7 +134,8 @@ class RankPool:
                 folder = work / f"worker-{n}"
                 folder.mkdir()
                 receive, send = context.Pipe(duplex=False)
-                job = ([self.paths[i] for i in group], [metas[i] for i in group], folder, limit)
+                spill = _staged.SPILL_BYTES // len(groups)  # the rows each may hold: a share
+                job = ([self.paths[i] for i in group], [metas[i] for i in group], folder, limit, spill)
                 process = context.Process(
                     target=_work, args=(send, *job), name=f"hyperscope-import-{n}", daemon=True
                 )
@@ -178,7 +194,9 @@ class RankPool:
             worker.conn.close()
 
 
-def _work(send: Connection, paths: list[Path], metas: list[RankMeta], folder: Path, limit: str) -> None:
+def _work(
+    send: Connection, paths: list[Path], metas: list[RankMeta], folder: Path, limit: str, spill: int
+) -> None:
     """A worker's whole life: stage its files, write its part, send the figures (or the error)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it stops us on Ctrl-C
     lock = threading.Lock()
@@ -188,7 +206,9 @@ def _work(send: Connection, paths: list[Path], metas: list[RankMeta], folder: Pa
             send.send(message)
 
     try:
-        importer = Importer(folder, progress=lambda n: tell(("progress", n)), memory_limit=limit, workers=1)
+        importer = Importer(
+            folder, progress=lambda n: tell(("progress", n)), memory_limit=limit, workers=1, spill_bytes=spill
+        )
         try:
             read = importer.stage(paths, metas)
             figures = importer.figures()

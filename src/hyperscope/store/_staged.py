@@ -29,8 +29,10 @@ from hyperscope.store._arrow_rows import Figures, figures, merge_figures
 
 STAGED_TABLE: Final = "staged_rows"
 #: Arrow bytes of rows held in memory before they move into DuckDB: a 54 MB trace's 216k rows
-#: weigh 83 MB (most of it 30-odd typed arg columns, null for most events).
-SPILL_BYTES: Final = 384 << 20
+#: weigh 83 MB (most of it 30-odd typed arg columns, null for most events). Sorting and writing
+#: them takes about twice that again, so an import held in memory peaks near 3x this plus the
+#: libraries (~95 MB): under the 1 GB that a 1 GB trace may take.
+SPILL_BYTES: Final = 128 << 20
 #: Rows of a worker's part are written once and read once: a cheap codec, not a small file.
 PART_CODEC: Final = "lz4_raw"
 

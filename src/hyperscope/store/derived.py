@@ -10,10 +10,26 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from pathlib import Path
 from typing import Final
 
 DERIVED_DIR: Final = "derived"
+#: Profiles with fewer events than this keep no timeline index on disk: built at the first view
+#: (about a second) and held in memory, since even compressed it weighs about as much as their
+#: events (on the shared traces, 0.85-1.0 times: the stored profile would break its bound of a
+#: third of the gzipped JSON; bench/README.md, "Storage"); ``HYPERSCOPE_TIMELINE_STORE_MIN``. Here,
+#: not in ``timeline.index``, so an import can tell without importing the timeline (~30 ms).
+TIMELINE_STORE_MIN_EVENTS: Final = 1_000_000
+
+
+def timeline_store_min() -> int:
+    """Profiles with fewer events keep no timeline index on disk (``TIMELINE_STORE_MIN_EVENTS``,
+    else the variable)."""
+    try:
+        return int(os.environ.get("HYPERSCOPE_TIMELINE_STORE_MIN", TIMELINE_STORE_MIN_EVENTS))
+    except ValueError:
+        return TIMELINE_STORE_MIN_EVENTS
 
 
 @functools.cache
@@ -26,7 +42,7 @@ def source_digest(package: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-_ZSTD_LEVEL: Final = 19
+_ZSTD_LEVEL: Final = 15
 _MAGIC: Final = b"hs-zstd1"
 _MAX_BYTES: Final = 1 << 36
 

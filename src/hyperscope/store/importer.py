@@ -118,6 +118,7 @@ class Importer:
         progress: Callable[[int], None] | None = None,
         memory_limit: str = "256MB",
         workers: int = WORKERS,
+        spill_bytes: int | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.progress = progress
@@ -125,7 +126,7 @@ class Importer:
         self.memory_limit = memory_limit
         self._con: duckdb.DuckDBPyConnection | None = None
         self._con_lock = threading.Lock()
-        self.staged = StagedRows(lambda: self.con)
+        self.staged = StagedRows(lambda: self.con, spill_bytes)
         self.result = StagedImport()
 
     @property

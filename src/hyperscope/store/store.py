@@ -98,7 +98,7 @@ class Store:
                 single = 0 if len(files) == 1 else None
                 json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
                 pool, metas = None, rank_metas(json_files, rank, single)  # fail fast, before any read
-                if processes := _rankpool.processes_for(len(json_files)):
+                if processes := _rankpool.processes_for(len(json_files), _rankpool.json_bytes(json_files)):
                     # forked before this process opens DuckDB; the parent connects while they work
                     pool = workers.enter_context(
                         _rankpool.RankPool(json_files, metas, work, processes, progress)

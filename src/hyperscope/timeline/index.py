@@ -61,6 +61,8 @@ from hyperscope._proc import process_alive
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
 from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
+from hyperscope.store.derived import TIMELINE_STORE_MIN_EVENTS as STORE_MIN_EVENTS  # noqa: F401 - its old home
+from hyperscope.store.derived import timeline_store_min as store_min_events
 from hyperscope.store.profile import Profile
 from hyperscope.timeline import _blocks
 from hyperscope.timeline import overview as _overview
@@ -110,11 +112,6 @@ COLUMNS: Final = (
 )
 #: depth is clipped there (the lanes below it may overlap)
 MAX_DEPTH: Final = 65535
-#: profiles with fewer events than this keep no index on disk: built at the first view (about a
-#: second) and held in memory, since even compressed it weighs about as much as their events (on
-#: the shared traces, 0.85-1.0 times: the stored profile would break its bound of a third of the
-#: gzipped JSON; bench/README.md, "Storage"); ``HYPERSCOPE_TIMELINE_STORE_MIN``
-STORE_MIN_EVENTS: Final = 1_000_000
 META: Final = "meta.json.zst"
 
 
@@ -272,14 +269,6 @@ def ready(profile: Profile) -> bool:
 
 def _ready(where: Path) -> bool:
     return where in _CACHE or (where / META).is_file() or (where / "meta.json").is_file()
-
-
-def store_min_events() -> int:
-    """Profiles with fewer events keep no index on disk (``STORE_MIN_EVENTS``, else the variable)."""
-    try:
-        return int(os.environ.get("HYPERSCOPE_TIMELINE_STORE_MIN", STORE_MIN_EVENTS))
-    except ValueError:
-        return STORE_MIN_EVENTS
 
 
 def worth_storing(profile: Profile) -> bool:
