@@ -58,7 +58,7 @@ def test_the_events_file_is_compressed_harder_only_over_its_budget(tmp_path: Pat
     write_job(job, SynthSpec(ranks=1, steps=6, ops_per_step=200, seed=4))
     files = {}
     for budget in (None, 1):
-        staged = _staged.StagedRows(lambda: pytest.fail("no DuckDB for rows held in memory"))
+        staged = _staged.StagedRows(lambda: pytest.fail("no DuckDB for rows held in memory"), tmp_path)
         with Store(tmp_path / "s") as store:
             report = store.import_traces([job], f"j{budget}")
             table = pq.read_table(store.profile(f"j{budget}", report.profile.id).path / "events")
@@ -76,7 +76,7 @@ def test_figures_are_taken_as_rows_come_in(tmp_path: Path) -> None:
     with Store(tmp_path / "s") as store:
         report = store.import_traces([job], "j")
         table = pq.read_table(store.profile("j", report.profile.id).path / "events")
-    staged = _staged.StagedRows(lambda: pytest.fail("no DuckDB for rows held in memory"))
+    staged = _staged.StagedRows(lambda: pytest.fail("no DuckDB for rows held in memory"), tmp_path)
     half = table.num_rows // 2
     staged.add(table.slice(0, half))
     staged.add(table.slice(half))

@@ -30,7 +30,7 @@ from hyperscope.schema.events import MAX_NODE_CHARS, MAX_NS, MAX_RANK
 from hyperscope.schema.layout import RankMeta
 from hyperscope.store import _arrow_rows, _creader, _sql
 from hyperscope.store._arrow_rows import Figures
-from hyperscope.store._staged import STAGED_TABLE, StagedRows
+from hyperscope.store._staged import StagedRows
 from hyperscope.store._tracefile import Chunk, TraceFile
 from hyperscope.store._validate import exact_json, fast_path_safe
 
@@ -126,7 +126,7 @@ class Importer:
         self.memory_limit = memory_limit
         self._con: duckdb.DuckDBPyConnection | None = None
         self._con_lock = threading.Lock()
-        self.staged = StagedRows(lambda: self.con, spill_bytes)
+        self.staged = StagedRows(lambda: self.con, work_dir, spill_bytes)
         self.result = StagedImport()
 
     @property
@@ -144,8 +144,6 @@ class Importer:
                     }
                 )
                 con.execute("SET enable_progress_bar = false")  # it writes to stdout otherwise
-                # Rows moved out of memory, unsorted; DuckDB spills them to work_dir beyond its limit.
-                con.execute(f"CREATE TABLE {STAGED_TABLE} AS SELECT * FROM ({_sql.empty_events()})")
                 self._con = con
             return self._con
 
