@@ -1,7 +1,7 @@
-"""An import's rows held in memory, or moved into DuckDB past a size (``store._staged``), and the
-events file written from either (``profile.write_events``): the same stored rows, figures and
-bounds whichever way they went, and a second, harder-compressed write only where the first is
-over its budget."""
+"""An import's rows held in memory, or written out as parts past a size (``store._staged``), and
+the events file written from either (``profile.write_events``): the same stored rows, figures and
+bounds whichever way they went (a rank sorted by Arrow or by DuckDB), and a second,
+harder-compressed write only where the first is over its budget."""
 
 from __future__ import annotations
 
@@ -30,9 +30,12 @@ def _rows(path: Path) -> object:
     return pq.read_table(sorted((path / "events").glob("*.parquet"))).to_pylist()
 
 
-@pytest.mark.parametrize("ranks,pool", [(1, False), (3, False), (3, True)])
-def test_rows_moved_into_duckdb_are_stored_as_rows_held_in_memory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranks: int, pool: bool
+@pytest.mark.parametrize(
+    "ranks,pool,by_duckdb",
+    [(1, False, False), (3, False, False), (3, True, False), (1, False, True), (3, True, True)],
+)
+def test_rows_written_out_as_parts_are_stored_as_rows_held_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranks: int, pool: bool, by_duckdb: bool
 ) -> None:
     monkeypatch.setattr(_rankpool, "single_threaded", lambda: True)  # an earlier test's threads
     monkeypatch.setattr(_rankpool, "POOL_MIN_BYTES", 0)  # the pool even for files this small
@@ -42,8 +45,11 @@ def test_rows_moved_into_duckdb_are_stored_as_rows_held_in_memory(
     job = tmp_path / "job"
     write_job(job, SynthSpec(ranks=ranks, steps=4, ops_per_step=60, seed=3), compress=True)
     held, held_figures = _import(tmp_path, job, "held")
-    # every table added goes over the limit: the rows are moved into DuckDB, which sorts them
+    # every table added goes over the limit: the rows go to parts, sorted a rank at a time by
+    # Arrow, or by DuckDB (a rank too large to hold)
     monkeypatch.setattr(_staged, "SPILL_BYTES", 1)
+    if by_duckdb:
+        monkeypatch.setattr(profile, "RANK_SORT_BYTES", 0)
     spilled, spilled_figures = _import(tmp_path, job, "spilled")
     assert spilled_figures == held_figures
     assert held_figures["events"] > 0

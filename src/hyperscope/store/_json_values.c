@@ -25,24 +25,8 @@ static int is_hex(unsigned char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-/* a UTF-8 sequence's length at p (its first byte >= 0x80), 0 when it is not a valid one */
-static int utf8_seq(const unsigned char *p, const unsigned char *end) {
-    unsigned char b = p[0];
-    int n;
-    uint32_t cp;
-    if (b >= 0xC2 && b <= 0xDF) n = 2, cp = b & 0x1F;
-    else if (b >= 0xE0 && b <= 0xEF) n = 3, cp = b & 0x0F;
-    else if (b >= 0xF0 && b <= 0xF4) n = 4, cp = b & 0x07;
-    else return 0;
-    if (end - p < n) return 0;
-    for (int i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return n;
-}
+/* in _kineto_reader.c: a UTF-8 sequence's length at p (its first byte >= 0x80), 0 when invalid */
+int hs_utf8_len(const unsigned char *p, const unsigned char *end);
 
 /* the string at s->p (its opening quote); 0 on success */
 static int string(span *s) {
@@ -72,7 +56,7 @@ static int string(span *s) {
                 return UNSURE;
             }
         } else if (c >= 0x80) {
-            int n = utf8_seq(s->p, s->end);
+            int n = hs_utf8_len(s->p, s->end);
             if (n == 0) return UNSURE;
             s->p += n;
         } else {

@@ -94,8 +94,9 @@ static int read_hex4(const char *p, const char *end, uint32_t *v) {
     return 0;
 }
 
-/* length of a valid UTF-8 sequence starting at p (first byte >= 0x80), 0 when invalid */
-static int utf8_len(const unsigned char *p, const unsigned char *end) {
+/* length of a valid UTF-8 sequence starting at p (first byte >= 0x80), 0 when invalid (also used
+ * by _json_values.c, compiled into the same library) */
+int hs_utf8_len(const unsigned char *p, const unsigned char *end) {
     unsigned char b = p[0];
     int n;
     uint32_t cp;
@@ -145,7 +146,7 @@ static int string(cursor *c, out *o, int escaped) {
         if (ch == '"') break;
         if (ch < 0x20) return BAIL;
         if (ch >= 0x80) {
-            int n = utf8_len((const unsigned char *)p, (const unsigned char *)end);
+            int n = hs_utf8_len((const unsigned char *)p, (const unsigned char *)end);
             if (!n || put_bytes(o, p, n)) return BAIL;
             p += n;
             continue;

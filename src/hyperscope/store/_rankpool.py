@@ -1,16 +1,15 @@
-"""Rank files staged in parallel worker processes, for the import of several trace files at once.
+"""Rank files staged in parallel worker processes, for the import of several large trace files.
 
-For many small rank files (the 8-rank DLRM set: 0.9 MB each) most of an import is cost fixed per
-file and per statement: the first DuckDB connection, each statement's planning, the reader thread.
-In one process these are paid one file after another, while HTA parses ranks in a forked pool.
-Here the files are split among ``min(cpus, files)`` processes, forked before this process opens
-any DuckDB connection (a fork copies no DuckDB threads, only what is already imported). Each
-worker stages its files as one process does (``_staged``: Arrow in memory, a DuckDB of its own
-only for chunks the compiled reader gives back or rows past its share of the memory limit), one
-chunk at a time (so no more chunks are in flight than in one process), and writes its rows to one
-Parquet part in the import's staging directory. The parent only checks the headers first (fail
-fast), settles each rank (clock, count) from the figures the workers send, and sorts the parts
-into the profile, as the one-process import does.
+One process reads one file after another, and gzip's decompression and the reader's cuts of a
+file run on one core. With ``POOL_MIN_BYTES`` or more of JSON in all, the files are split among
+``min(cpus, files)`` processes, forked before this process opens any DuckDB connection (a fork
+copies no DuckDB threads, only what is already imported). Each worker stages its files as one
+process does (``_staged``: Arrow in memory, a DuckDB of its own only for chunks the compiled
+reader gives back), one chunk at a time (so no more chunks are in flight than in one process),
+and hands its rows over as Parquet parts of one rank each in the import's staging directory:
+the rows it held, and those it spilled past its share of ``_staged.SPILL_BYTES``. The parent
+only checks the headers first (fail fast), settles each rank (clock, count) from the figures
+the workers send, and sorts the parts into the profile, as the one-process import does.
 
 Errors: the first worker error (naming its file) is raised in the parent, the other workers are
 stopped and waited for, and the staging directory is then removed as always: nothing is stored.
@@ -99,11 +98,11 @@ class _Worker:
 
 @dataclass(slots=True)
 class Staged:
-    """What the workers staged: per file (in the order given), and each worker's part (the
-    Parquet file of its rows) with its figures."""
+    """What the workers staged: per file (in the order given), and each worker's parts (the
+    Parquet files of its rows) with its figures."""
 
     read: list[ReadFile]
-    parts: list[tuple[Path, Figures]] = field(default_factory=list)
+    parts: list[tuple[list[tuple[int, Path]], Figures]] = field(default_factory=list)
 
 
 class RankPool:
@@ -155,7 +154,7 @@ class RankPool:
     def result(self) -> Staged:
         """Wait for every worker; the first error raised by one is raised here."""
         read: dict[int, ReadFile] = {}
-        figures: dict[Path, Figures] = {}
+        handed: dict[Path, tuple[list[tuple[int, Path]], Figures]] = {}
         pending = {w.conn: w for w in self.workers}
         while pending:
             for conn in wait(list(pending)):
@@ -175,13 +174,12 @@ class RankPool:
                 elif kind == "error":
                     raise payload
                 else:
-                    files, figs = payload
+                    files, figs, parts = payload
                     read.update(zip(worker.files, files, strict=True))
-                    figures[worker.part] = figs
+                    handed[worker.part] = (parts, figs)
                     worker.done = True
                     del pending[conn]  # type: ignore[arg-type]
-        parts = [(w.part, figures[w.part]) for w in self.workers]
-        return Staged([read[i] for i in range(len(self.paths))], parts)
+        return Staged([read[i] for i in range(len(self.paths))], [handed[w.part] for w in self.workers])
 
     def stop(self) -> None:
         """Stop every worker that still runs and wait for all of them (their files are then no
@@ -197,7 +195,7 @@ class RankPool:
 def _work(
     send: Connection, paths: list[Path], metas: list[RankMeta], folder: Path, limit: str, spill: int
 ) -> None:
-    """A worker's whole life: stage its files, write its part, send the figures (or the error)."""
+    """A worker's whole life: stage its files, write its parts, send the figures (or the error)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it stops us on Ctrl-C
     lock = threading.Lock()
 
@@ -212,10 +210,10 @@ def _work(
         try:
             read = importer.stage(paths, metas)
             figures = importer.figures()
-            importer.staged.write_part(folder / "part.parquet")
+            parts = importer.staged.hand_over()
         finally:
             importer.close()
-        tell(("done", (read, figures)))
+        tell(("done", (read, figures, parts)))
     except BaseException as exc:
         tell(("error", _portable(exc)))
     finally:

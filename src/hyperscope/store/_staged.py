@@ -22,10 +22,10 @@ from typing import Final
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from hyperscope.schema.events import EVENT_SCHEMA
-from hyperscope.store import _sql
 from hyperscope.store._arrow_rows import Figures, figures, merge_figures
 
 #: Arrow bytes of rows held in memory before they move into DuckDB: a 54 MB trace's 216k rows
@@ -50,9 +50,9 @@ class StagedRows:
         self.work_dir = work_dir  # where rows past ``spill_bytes`` go, as Parquet parts
         self.spill_bytes = SPILL_BYTES if spill_bytes is None else spill_bytes
         self.figures: Figures = {}
-        self._tables: list[pa.Table] = []
+        self._tables: list[tuple[int | None, pa.Table]] = []  # with its rank, None for several
         self._held = 0
-        self._parts: list[Path] = []
+        self._parts: list[tuple[int, Path]] = []  # each holds rows of one rank
         self._spills = 0
         self._lock = threading.Lock()
 
@@ -69,29 +69,30 @@ class StagedRows:
         found = figures(table)
         with self._lock:
             merge_figures(self.figures, found)
-            self._tables.append(table)
+            self._tables.append((next(iter(found)) if len(found) == 1 else None, table))
             self._held += table.nbytes
             spill = self._take() if self._held > self.spill_bytes else None
         if spill is not None:  # written without the lock: the other workers go on adding
             self._write_spill(*spill)
 
-    def add_part(self, path: Path, found: Figures) -> None:
-        """A Parquet file of rows a worker process wrote (``write_part``), with its figures: read
-        into memory while the rows held stay under ``SPILL_BYTES``, else read by DuckDB."""
+    def add_parts(self, parts: list[tuple[int, Path]], found: Figures) -> None:
+        """Parquet files of one rank's rows each that a worker process wrote (``hand_over``), with
+        their figures: read into memory while the rows held stay under ``SPILL_BYTES``, else kept
+        as they are."""
         with self._lock:
             merge_figures(self.figures, found)
-            meta = pq.read_metadata(path)
-            size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-            if not self._parts and self._held + size <= self.spill_bytes:
-                table = pq.read_table(path)
-                self._tables.append(table.cast(EVENT_SCHEMA))
-                self._held += table.nbytes
-            else:
-                self._parts.append(path)
+            for rank, path in parts:
+                size = _part_bytes(path)
+                if not self._parts and self._held + size <= self.spill_bytes:
+                    table = pq.read_table(path)
+                    self._tables.append((rank, table.cast(EVENT_SCHEMA)))
+                    self._held += table.nbytes
+                else:
+                    self._parts.append((rank, path))
 
     def in_memory(self) -> pa.Table | None:
         """Every row as one table of contiguous columns, when all of them are held here (they
-        are then no longer: call this once); else None (see ``relation``).
+        are then no longer: call this once); else None (see ``rank_rows``).
 
         Columns are joined one at a time, each chunk let go as soon as it is copied, so the rows
         are never twice in memory; a column that is null throughout is one shared array of its
@@ -100,65 +101,101 @@ class StagedRows:
         if self._parts:
             return None
         with self._lock:
-            tables, self._tables, self._held = self._tables, [], 0
-        if not tables:
-            return EVENT_SCHEMA.empty_table()
-        rows = sum(t.num_rows for t in tables)
-        chunks = [[c for t in tables for c in t.column(i).chunks] for i in range(len(EVENT_SCHEMA))]
-        del tables
-        nulls: dict[pa.DataType, pa.Array] = {}
-        columns: list[pa.Array] = []
-        for field, parts in zip(EVENT_SCHEMA, chunks, strict=True):
-            if all(p.null_count == len(p) for p in parts):
-                columns.append(nulls.setdefault(field.type, pa.nulls(rows, field.type)))
-            else:
-                columns.append(pa.chunked_array(parts, field.type).combine_chunks())
-            parts.clear()
-        return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
+            tables, self._tables, self._held = [t for _, t in self._tables], [], 0
+        return _contiguous(tables)
 
-    def relation(self) -> str:
-        """Every row as one DuckDB relation (what is held in memory is written as a part first)."""
+    def ranks(self) -> list[int]:
+        return sorted(self.figures)
+
+    def rank_rows(self, rank: int, most_bytes: int) -> pa.Table | list[Path]:
+        """One rank's rows (once all are added, after ``in_memory`` said None): one contiguous
+        table where they weigh at most ``most_bytes``, else the Parquet files that hold them
+        (those held in memory written out first)."""
+        with self._lock:
+            mine = [t for r, t in self._tables if r == rank]
+            mine += [t.filter(pc.equal(t["rank"], rank)) for r, t in self._tables if r is None]
+            paths = [p for r, p in self._parts if r == rank]
+        if sum(t.nbytes for t in mine) + sum(_part_bytes(p) for p in paths) <= most_bytes:
+            return _contiguous([*mine, *(pq.read_table(p).cast(EVENT_SCHEMA) for p in paths)])
+        if mine:
+            with self._lock:
+                self._spills += 1
+                path = self.work_dir / f"spill-{self._spills:05d}-rank{rank}.parquet"
+            _write(mine, path)
+            paths.append(path)
+        return paths
+
+    def hand_over(self) -> list[tuple[int, Path]]:
+        """Every row, unsorted, as Parquet files of one rank each for another process to read (a
+        worker's result): what is held in memory written out, and the parts written already as
+        they are (not read and written again: 2.6M generated rows, ~4 s of each worker's time)."""
         with self._lock:
             spill = self._take()
         if spill is not None:
             self._write_spill(*spill)
-        if not self._parts:
-            return f"({_sql.empty_events()})"
-        files = ", ".join(_sql.quote(str(p)) for p in self._parts)
-        return f"read_parquet([{files}])"
-
-    def write_part(self, path: Path) -> None:
-        """Every row, unsorted, into one Parquet file (a worker process's result)."""
-        table = self.in_memory()
-        if table is not None:
-            pq.write_table(table, path, compression=PART_CODEC)
-            return
-        con = self._connect()
-        con.execute(
-            f"COPY (SELECT * FROM {self.relation()}) TO {_sql.quote(str(path))} "
-            f"(FORMAT parquet, COMPRESSION {PART_CODEC})"
-        )
+        return list(self._parts)
 
     def connection(self) -> duckdb.DuckDBPyConnection:
         return self._connect()
 
-    def _take(self) -> tuple[list[pa.Table], Path] | None:
-        """The rows held, let go, and the part they go to (the caller holds the lock)."""
+    def _take(self) -> tuple[list[tuple[int | None, pa.Table]], int] | None:
+        """The rows held, let go, and the number of the spill they go to (the caller holds the
+        lock)."""
         if not self._tables:
             return None
         tables, self._tables, self._held = self._tables, [], 0
         self._spills += 1
-        path = self.work_dir / f"spill-{self._spills:05d}.parquet"
-        self._parts.append(path)
-        return tables, path
+        return tables, self._spills
 
-    def _write_spill(self, tables: list[pa.Table], path: Path) -> None:
-        """Rows moved out of memory: a Parquet part written by pyarrow, which DuckDB sorts with
-        the others at the end. (Inserting them into a DuckDB table that spilled to disk itself
-        took 3.7 s of a 300 MB trace's 10.5 s import.)"""
-        writer = pq.ParquetWriter(path, EVENT_SCHEMA, compression=PART_CODEC)
-        try:
-            while tables:
-                writer.write_table(tables.pop())
-        finally:
-            writer.close()
+    def _write_spill(self, tables: list[tuple[int | None, pa.Table]], number: int) -> None:
+        """Rows moved out of memory: a Parquet part per rank, written by pyarrow, each rank's
+        sorted at the end (``profile.write_events``). (Inserting them into a DuckDB table that
+        spilled to disk itself took 3.7 s of a 300 MB trace's 10.5 s import.)"""
+        by_rank: dict[int, list[pa.Table]] = {}
+        for rank, table in tables:
+            if rank is not None:
+                by_rank.setdefault(rank, []).append(table)
+                continue
+            for r in pc.unique(table["rank"]).to_pylist():  # rows of several small files
+                by_rank.setdefault(int(r), []).append(table.filter(pc.equal(table["rank"], r)))
+        tables.clear()
+        written = []
+        for rank, mine in by_rank.items():
+            path = self.work_dir / f"spill-{number:05d}-rank{rank}.parquet"
+            _write(mine, path)
+            written.append((rank, path))
+        with self._lock:
+            self._parts.extend(written)
+
+
+def _contiguous(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` as one table of contiguous columns (``StagedRows.in_memory``)."""
+    if not tables:
+        return EVENT_SCHEMA.empty_table()
+    rows = sum(t.num_rows for t in tables)
+    chunks = [[c for t in tables for c in t.column(i).chunks] for i in range(len(EVENT_SCHEMA))]
+    tables.clear()
+    nulls: dict[pa.DataType, pa.Array] = {}
+    columns: list[pa.Array] = []
+    for field, parts in zip(EVENT_SCHEMA, chunks, strict=True):
+        if all(p.null_count == len(p) for p in parts):
+            columns.append(nulls.setdefault(field.type, pa.nulls(rows, field.type)))
+        else:
+            columns.append(pa.chunked_array(parts, field.type).combine_chunks())
+        parts.clear()
+    return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
+
+
+def _part_bytes(path: Path) -> int:
+    """The rows of a Parquet part, as Arrow bytes (about)."""
+    meta = pq.read_metadata(path)
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
+def _write(tables: list[pa.Table], path: Path) -> None:
+    writer = pq.ParquetWriter(path, EVENT_SCHEMA, compression=PART_CODEC)
+    try:
+        while tables:
+            writer.write_table(tables.pop())
+    finally:
+        writer.close()

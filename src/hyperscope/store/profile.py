@@ -10,7 +10,7 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +48,9 @@ if TYPE_CHECKING:  # imported where used: a capture writes its parts without Duc
     from hyperscope.store._staged import StagedRows
 
 ROW_GROUP_ROWS: Final = 128 * 1024
+#: A rank's rows sorted by Arrow, in memory, up to this many bytes of them (a generated rank of
+#: 322k rows: 120 MB); a larger one is sorted by DuckDB within its memory limit.
+RANK_SORT_BYTES: Final = 256 << 20
 #: Threads, and so files, an import's events are written with (see ``write_sorted``).
 WRITE_THREADS: Final = 2
 #: zstd level of an import's events file: 0.15 s for df_index_resolver's 216k rows (562 KB), where
@@ -104,27 +107,39 @@ def write_events(
     others. Rows held in memory are sorted by Arrow and written by pyarrow at zstd
     ``IMPORT_FAST_LEVEL``, per-column encodings and one shared dictionary; where that file is
     over ``budget_bytes`` (the share of the promise ``raw JSON / 50`` the events file may take) it
-    is written again at ``IMPORT_ZSTD_LEVEL``. Rows moved into DuckDB (a trace too large to hold)
-    are sorted by DuckDB, within its memory limit and on every core.
+    is written again at ``IMPORT_ZSTD_LEVEL``. Rows written out as parts (a trace too large to
+    hold) are sorted a rank at a time into the same writer: by Arrow where the rank's rows weigh
+    at most ``RANK_SORT_BYTES``, else by DuckDB within its memory limit.
     """
     events_dir = out_dir / EVENTS_DIR
     events_dir.mkdir(parents=True, exist_ok=True)
+    target = events_dir / "part-00000.parquet"
     table = staged.in_memory()
     if table is None:
-        return _write_with_duckdb(staged, events_dir / "part-00000.parquet", offsets)
+        return _write_by_rank(staged, target, offsets)
     table = _shifted(table, offsets)
-    timed = table.select(["ts_ns", "dur_ns"]).filter(pc.not_equal(table["ph"], "M"))
-    ends = pc.add(timed["ts_ns"], pc.fill_null(timed["dur_ns"], 0))
-    low, high = pc.min(timed["ts_ns"]).as_py(), pc.max(ends).as_py()
-    order = pc.sort_indices(table.select(list(SORT_KEY)), sort_keys=[(k, "ascending") for k in SORT_KEY])
-    target = events_dir / "part-00000.parquet"
+    order = _order(table)
     write_sorted(table, order, target, level=IMPORT_FAST_LEVEL)
     if budget_bytes is not None and target.stat().st_size > budget_bytes:
         write_sorted(table, order, target, level=IMPORT_ZSTD_LEVEL)
-    others = table.select(["rank", "cat", "kind", "ph", "stream"]).filter(
+    return Written(table.num_rows, *_bounds(table), _others(table))
+
+
+def _order(table: pa.Table) -> pa.Array:
+    return pc.sort_indices(table.select(list(SORT_KEY)), sort_keys=[(k, "ascending") for k in SORT_KEY])
+
+
+def _bounds(table: pa.Table) -> tuple[int | None, int | None]:
+    """The first start and the last end of ``table``'s rows, metadata events aside."""
+    timed = table.select(["ts_ns", "dur_ns"]).filter(pc.not_equal(table["ph"], "M"))
+    ends = pc.add(timed["ts_ns"], pc.fill_null(timed["dur_ns"], 0))
+    return pc.min(timed["ts_ns"]).as_py(), pc.max(ends).as_py()
+
+
+def _others(table: pa.Table) -> pa.Table:
+    return table.select(["rank", "cat", "kind", "ph", "stream"]).filter(
         pc.and_(pc.equal(table["kind"], EventKind.OTHER.value), pc.is_valid(table["cat"]))
     )
-    return Written(table.num_rows, low, high, others)
 
 
 def _shifted(table: pa.Table, offsets: dict[int, int]) -> pa.Table:
@@ -140,28 +155,49 @@ def _shifted(table: pa.Table, offsets: dict[int, int]) -> pa.Table:
     return table.set_column(column, "ts_ns", pc.add_checked(table["ts_ns"], by_row))
 
 
-def _write_with_duckdb(staged: StagedRows, target: Path, offsets: dict[int, int]) -> Written:
-    con = staged.connection()
-    source = staged.relation()
-    shift = " ".join(f"WHEN {int(r)} THEN {int(o)}" for r, o in offsets.items())
+def _write_by_rank(staged: StagedRows, target: Path, offsets: dict[int, int]) -> Written:
+    """Rows too many to hold at once, a rank at a time (the events are sorted by rank first):
+    the generated 8-rank set's 2.6M rows, sorted whole by DuckDB under its memory limit, took 8 s
+    of a 10.5 s import."""
+    rows, lows, highs, others = 0, [], [], []
+    writer = _writer(target, EVENT_SCHEMA, IMPORT_FAST_LEVEL)
+    try:
+        for rank in staged.ranks():
+            held = staged.rank_rows(rank, RANK_SORT_BYTES)
+            pieces: Iterable[pa.Table]
+            if isinstance(held, pa.Table):
+                table = _shifted(held, offsets)
+                _write_groups(writer, table, _order(table))
+                pieces = [table]
+            else:
+                pieces = _sorted_by_duckdb(staged, held, offsets.get(rank, 0), writer)
+            for piece in pieces:
+                rows += piece.num_rows
+                low, high = _bounds(piece)
+                lows += [low] if low is not None else []
+                highs += [high] if high is not None else []
+                others.append(_others(piece))
+    finally:
+        writer.close()
+    kept = pa.concat_tables(others) if others else _others(EVENT_SCHEMA.empty_table())
+    return Written(rows, min(lows, default=None), max(highs, default=None), kept)
+
+
+def _sorted_by_duckdb(
+    staged: StagedRows, paths: list[Path], offset: int, writer: pq.ParquetWriter
+) -> Iterator[pa.Table]:
+    """One rank's parts sorted by DuckDB, streamed into ``writer`` a row group at a time; each
+    row group is yielded once written."""
+    files = ", ".join(f"'{_sq(str(p))}'" for p in paths)
     select = (
-        f"SELECT * REPLACE (ts_ns + CASE rank {shift} ELSE 0 END AS ts_ns) FROM {source} "
+        f"SELECT * REPLACE (ts_ns + {int(offset)} AS ts_ns) FROM read_parquet([{files}]) "
         f"ORDER BY {', '.join(SORT_KEY)}"
     )
-    con.execute(
-        f"COPY ({select}) TO '{_sq(str(target))}' (FORMAT parquet, COMPRESSION zstd, "
-        f"COMPRESSION_LEVEL 9, PARQUET_VERSION V2, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
-    )
-    written = f"read_parquet('{_sq(str(target))}')"
-    rows, low, high = con.execute(
-        f"SELECT count(*), min(ts_ns) FILTER (WHERE ph <> 'M'), "
-        f"max(ts_ns + coalesce(dur_ns, 0)) FILTER (WHERE ph <> 'M') FROM {written}"
-    ).fetchall()[0]
-    others = con.sql(
-        f"SELECT rank, cat, kind, ph, stream FROM {written} WHERE kind = $kind AND cat IS NOT NULL",
-        params={"kind": EventKind.OTHER.value},
-    ).to_arrow_table()
-    return Written(int(rows), low, high, others)
+    reader = staged.connection().sql(select).to_arrow_reader(ROW_GROUP_ROWS)
+    for batch in reader:
+        part = pa.Table.from_batches([batch]).cast(EVENT_SCHEMA)
+        writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+        yield part
 
 
 def write_sorted(table: pa.Table, order: pa.Array, path: Path, *, level: int) -> None:
@@ -170,23 +206,25 @@ def write_sorted(table: pa.Table, order: pa.Array, path: Path, *, level: int) ->
 
     One file, on one thread: two files written at once (a run of row groups each) saved nothing
     on df_index_resolver's import and cost its precompute 0.08 s (median of 5, quiet)."""
+    writer = _writer(path, EVENT_SCHEMA, level)
+    try:
+        _write_groups(writer, table, order)
+    finally:
+        writer.close()
+
+
+def _write_groups(writer: pq.ParquetWriter, table: pa.Table, order: pa.Array) -> None:
     # a column null throughout (most typed args of most traces) is not taken but shared, per type
     empty = {f.name for f in EVENT_SCHEMA if table[f.name].null_count == table.num_rows}
     size = min(ROW_GROUP_ROWS, len(order))
     nulls = {f.type: pa.nulls(size, f.type) for f in EVENT_SCHEMA if f.name in empty}
-    writer = _writer(path, EVENT_SCHEMA, level)
-    try:
-        for start in range(0, max(len(order), 1), ROW_GROUP_ROWS):
-            rows = order.slice(start, ROW_GROUP_ROWS)
-            columns = [
-                nulls[f.type].slice(0, len(rows)) if f.name in empty else pc.take(table[f.name], rows)
-                for f in EVENT_SCHEMA
-            ]
-            writer.write_table(
-                pa.Table.from_arrays(columns, schema=EVENT_SCHEMA), row_group_size=ROW_GROUP_ROWS
-            )
-    finally:
-        writer.close()
+    for start in range(0, len(order), ROW_GROUP_ROWS):
+        rows = order.slice(start, ROW_GROUP_ROWS)
+        columns = [
+            nulls[f.type].slice(0, len(rows)) if f.name in empty else pc.take(table[f.name], rows)
+            for f in EVENT_SCHEMA
+        ]
+        writer.write_table(pa.Table.from_arrays(columns, schema=EVENT_SCHEMA), row_group_size=ROW_GROUP_ROWS)
 
 
 def write_part(table: pa.Table, path: Path, *, level: int = 19) -> None:

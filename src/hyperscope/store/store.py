@@ -111,8 +111,8 @@ class Store:
                     else:
                         done = pool.result()
                         read = done.read
-                        for part, found in done.parts:
-                            importer.staged.add_part(part, found)
+                        for parts, found in done.parts:
+                            importer.staged.add_parts(parts, found)
                     importer.settle(read, metas, importer.figures())
                     add_xplane_files(importer, [f for f in files if is_xplane(f)], rank, default_rank=single)
                     staged = importer.result
