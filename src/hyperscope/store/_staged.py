@@ -33,6 +33,8 @@ from hyperscope.store._arrow_rows import Figures, figures, merge_figures
 #: them takes about twice that again, so an import held in memory peaks near 3x this plus the
 #: libraries (~95 MB): under the 1 GB that a 1 GB trace may take.
 SPILL_BYTES: Final = 128 << 20
+#: Arrow bytes of a stored row, about (df_index_resolver: 385; the generated traces: ~370).
+ROW_BYTES: Final = 400
 #: Rows of a worker's part are written once and read once: a cheap codec, not a small file.
 PART_CODEC: Final = "lz4_raw"
 
@@ -107,23 +109,28 @@ class StagedRows:
     def ranks(self) -> list[int]:
         return sorted(self.figures)
 
-    def rank_rows(self, rank: int, most_bytes: int) -> pa.Table | list[Path]:
-        """One rank's rows (once all are added, after ``in_memory`` said None): one contiguous
-        table where they weigh at most ``most_bytes``, else the Parquet files that hold them
-        (those held in memory written out first)."""
+    def rank_bytes(self, rank: int) -> int:
+        """About the Arrow bytes of one rank's rows, held or in parts."""
+        with self._lock:
+            held = sum(int(t.nbytes) for r, t in self._tables if r in (rank, None))  # mixed: at most
+            return held + sum(_part_bytes(p) for r, p in self._parts if r == rank)
+
+    def all_parts(self) -> list[Path]:
+        """Every row as Parquet parts (what is held in memory written out first)."""
+        with self._lock:
+            spill = self._take()
+        if spill is not None:
+            self._write_spill(*spill)
+        return [p for _, p in self._parts]
+
+    def rank_rows(self, rank: int) -> pa.Table:
+        """One rank's rows as one contiguous table (once all are added, after ``in_memory`` said
+        None, where ``rank_bytes`` says they fit)."""
         with self._lock:
             mine = [t for r, t in self._tables if r == rank]
             mine += [t.filter(pc.equal(t["rank"], rank)) for r, t in self._tables if r is None]
             paths = [p for r, p in self._parts if r == rank]
-        if sum(t.nbytes for t in mine) + sum(_part_bytes(p) for p in paths) <= most_bytes:
-            return _contiguous([*mine, *(pq.read_table(p).cast(EVENT_SCHEMA) for p in paths)])
-        if mine:
-            with self._lock:
-                self._spills += 1
-                path = self.work_dir / f"spill-{self._spills:05d}-rank{rank}.parquet"
-            _write(mine, path)
-            paths.append(path)
-        return paths
+        return _contiguous([*mine, *(pq.read_table(p).cast(EVENT_SCHEMA) for p in paths)])
 
     def hand_over(self) -> list[tuple[int, Path]]:
         """Every row, unsorted, as Parquet files of one rank each for another process to read (a
@@ -187,9 +194,9 @@ def _contiguous(tables: list[pa.Table]) -> pa.Table:
 
 
 def _part_bytes(path: Path) -> int:
-    """The rows of a Parquet part, as Arrow bytes (about)."""
-    meta = pq.read_metadata(path)
-    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    """About the Arrow bytes a Parquet part's rows take once read: by its rows, since its own
+    sizes count a null as a bit (most typed arg columns are mostly null; in Arrow, 8 bytes)."""
+    return int(pq.read_metadata(path).num_rows) * ROW_BYTES
 
 
 def _write(tables: list[pa.Table], path: Path) -> None:

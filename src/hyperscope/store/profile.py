@@ -10,7 +10,7 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,46 +158,60 @@ def _shifted(table: pa.Table, offsets: dict[int, int]) -> pa.Table:
 def _write_by_rank(staged: StagedRows, target: Path, offsets: dict[int, int]) -> Written:
     """Rows too many to hold at once, a rank at a time (the events are sorted by rank first):
     the generated 8-rank set's 2.6M rows, sorted whole by DuckDB under its memory limit, took 8 s
-    of a 10.5 s import."""
+    of a 10.5 s import; a rank at a time by Arrow, 3.0 s. Where a rank is larger than
+    ``RANK_SORT_BYTES``, DuckDB sorts every row in one ``COPY``, within its memory limit."""
+    if any(staged.rank_bytes(rank) > RANK_SORT_BYTES for rank in staged.ranks()):
+        # one DuckDB sort of every row: a rank at a time, a 1 GB single-rank trace's sort ran out
+        # of DuckDB's 256 MB, which sorting all the rows in one statement did not (40 s, 876 MB)
+        shift = " ".join(f"WHEN {int(r)} THEN {int(o)}" for r, o in offsets.items())
+        count, low, high, kept = _sorted_by_duckdb(
+            staged, staged.all_parts(), f"CASE rank {shift} ELSE 0 END", target
+        )
+        return Written(count, low, high, kept)
     rows, lows, highs, others = 0, [], [], []
-    writer = _writer(target, EVENT_SCHEMA, IMPORT_FAST_LEVEL)
+    writer: pq.ParquetWriter | None = None
     try:
         for rank in staged.ranks():
-            held = staged.rank_rows(rank, RANK_SORT_BYTES)
-            pieces: Iterable[pa.Table]
-            if isinstance(held, pa.Table):
-                table = _shifted(held, offsets)
-                _write_groups(writer, table, _order(table))
-                pieces = [table]
-            else:
-                pieces = _sorted_by_duckdb(staged, held, offsets.get(rank, 0), writer)
-            for piece in pieces:
-                rows += piece.num_rows
-                low, high = _bounds(piece)
-                lows += [low] if low is not None else []
-                highs += [high] if high is not None else []
-                others.append(_others(piece))
+            table = _shifted(staged.rank_rows(rank), offsets)
+            writer = writer or _writer(target, EVENT_SCHEMA, IMPORT_FAST_LEVEL)
+            _write_groups(writer, table, _order(table))
+            count, (low, high), kept = table.num_rows, _bounds(table), _others(table)
+            rows += count
+            lows += [low] if low is not None else []
+            highs += [high] if high is not None else []
+            others.append(kept)
     finally:
-        writer.close()
+        if writer is not None:
+            writer.close()
     kept = pa.concat_tables(others) if others else _others(EVENT_SCHEMA.empty_table())
     return Written(rows, min(lows, default=None), max(highs, default=None), kept)
 
 
 def _sorted_by_duckdb(
-    staged: StagedRows, paths: list[Path], offset: int, writer: pq.ParquetWriter
-) -> Iterator[pa.Table]:
-    """One rank's parts sorted by DuckDB, streamed into ``writer`` a row group at a time; each
-    row group is yielded once written."""
+    staged: StagedRows, paths: list[Path], offset: str, target: Path
+) -> tuple[int, int | None, int | None, pa.Table]:
+    """Parts sorted and written by DuckDB, ``offset`` (SQL) added to each time; their rows,
+    bounds and kind-``other`` rows."""
+    con = staged.connection()
     files = ", ".join(f"'{_sq(str(p))}'" for p in paths)
     select = (
-        f"SELECT * REPLACE (ts_ns + {int(offset)} AS ts_ns) FROM read_parquet([{files}]) "
+        f"SELECT * REPLACE (ts_ns + {offset} AS ts_ns) FROM read_parquet([{files}]) "
         f"ORDER BY {', '.join(SORT_KEY)}"
     )
-    reader = staged.connection().sql(select).to_arrow_reader(ROW_GROUP_ROWS)
-    for batch in reader:
-        part = pa.Table.from_batches([batch]).cast(EVENT_SCHEMA)
-        writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
-        yield part
+    con.execute(
+        f"COPY ({select}) TO '{_sq(str(target))}' (FORMAT parquet, COMPRESSION zstd, "
+        f"COMPRESSION_LEVEL 9, PARQUET_VERSION V2, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
+    )
+    written = f"read_parquet('{_sq(str(target))}')"
+    rows, low, high = con.execute(
+        f"SELECT count(*), min(ts_ns) FILTER (WHERE ph <> 'M'), "
+        f"max(ts_ns + coalesce(dur_ns, 0)) FILTER (WHERE ph <> 'M') FROM {written}"
+    ).fetchall()[0]
+    others = con.sql(
+        f"SELECT rank, cat, kind, ph, stream FROM {written} WHERE kind = $kind AND cat IS NOT NULL",
+        params={"kind": EventKind.OTHER.value},
+    ).to_arrow_table()
+    return int(rows), low, high, others.cast(_others(EVENT_SCHEMA.empty_table()).schema)
 
 
 def write_sorted(table: pa.Table, order: pa.Array, path: Path, *, level: int) -> None:
