@@ -4,9 +4,10 @@ Inserting every chunk's rows into a DuckDB table and sorting them there with ``C
 BY`` cost more than reading them (df_index_resolver: ~0.5 s of sort and write, plus the inserts,
 of 1.6 s). Most imports fit in memory as Arrow tables many times over, so rows are held as they
 come, sorted by Arrow and written by pyarrow (``profile.write_sorted``). Past ``SPILL_BYTES`` of
-rows held, they are written out as unsorted Parquet parts in the import's work directory, and
-DuckDB sorts the parts into the events file within its memory limit, spilling to disk as it needs:
-memory stays bounded whatever the trace's size.
+rows held, they are written out as unsorted Parquet parts of one rank each in the import's work
+directory, and sorted into the events file a rank at a time (``profile.write_events``: by Arrow,
+or by DuckDB within its memory limit where a rank is too large): memory stays bounded whatever
+the trace's size.
 
 Rows come in from the importer's workers (threads), from XPlane files, or as Parquet parts that
 worker processes wrote (``_rankpool``). Each table's figures (rows, first time, last end per rank)
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 from hyperscope.schema.events import EVENT_SCHEMA
 from hyperscope.store._arrow_rows import Figures, figures, merge_figures
 
-#: Arrow bytes of rows held in memory before they move into DuckDB: a 54 MB trace's 216k rows
+#: Arrow bytes of rows held in memory before they are written out as parts: a 54 MB trace's 216k rows
 #: weigh 83 MB (most of it 30-odd typed arg columns, null for most events). Sorting and writing
 #: them takes about twice that again, so an import held in memory peaks near 3x this plus the
 #: libraries (~95 MB): under the 1 GB that a 1 GB trace may take.

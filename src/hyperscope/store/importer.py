@@ -3,7 +3,7 @@
 Each file is streamed in chunks (``_tracefile``); each chunk becomes typed rows through the
 compiled reader (``_creader``, typed by ``_arrow_rows``) where it can answer for the chunk, else
 (or a batch of small files' chunks, read in one statement) through DuckDB (``_sql``), and is held
-unsorted (``_staged``: Arrow tables, moved into DuckDB past a size). Chunks that DuckDB's lenient
+unsorted (``_staged``: Arrow tables, written out as Parquet parts past a size). Chunks that DuckDB's lenient
 reader cannot be trusted with go through the exact parser (``_validate``), which also names what
 is wrong. Once every file has been read, ``profile.write_events`` sorts the rows into the
 profile's events file. Memory stays bounded by the chunk size, ``_staged.SPILL_BYTES`` and
@@ -109,7 +109,7 @@ def rank_metas(
 
 
 class Importer:
-    """Reads trace files, one rank each, into ``staged`` (Arrow in memory, DuckDB beyond a size)."""
+    """Reads trace files, one rank each, into ``staged`` (Arrow in memory, parts beyond a size)."""
 
     def __init__(
         self,

@@ -48,11 +48,9 @@ if TYPE_CHECKING:  # imported where used: a capture writes its parts without Duc
     from hyperscope.store._staged import StagedRows
 
 ROW_GROUP_ROWS: Final = 128 * 1024
-#: A rank's rows sorted by Arrow, in memory, up to this many bytes of them (a generated rank of
-#: 322k rows: 120 MB); a larger one is sorted by DuckDB within its memory limit.
+#: Rows written out as parts are sorted by Arrow a rank at a time where every rank's rows weigh at
+#: most this (a generated rank of 322k rows: 120 MB); else DuckDB sorts them all, within its limit.
 RANK_SORT_BYTES: Final = 256 << 20
-#: Threads, and so files, an import's events are written with (see ``write_sorted``).
-WRITE_THREADS: Final = 2
 #: zstd level of an import's events file: 0.15 s for df_index_resolver's 216k rows (562 KB), where
 #: 17 takes 0.56 s (508 KB); the legacy ResNet 0.06 s at 9 (317 KB), 0.36 s at 17 (286 KB).
 IMPORT_FAST_LEVEL: Final = 9
@@ -108,8 +106,8 @@ def write_events(
     ``IMPORT_FAST_LEVEL``, per-column encodings and one shared dictionary; where that file is
     over ``budget_bytes`` (the share of the promise ``raw JSON / 50`` the events file may take) it
     is written again at ``IMPORT_ZSTD_LEVEL``. Rows written out as parts (a trace too large to
-    hold) are sorted a rank at a time into the same writer: by Arrow where the rank's rows weigh
-    at most ``RANK_SORT_BYTES``, else by DuckDB within its memory limit.
+    hold) are sorted a rank at a time by Arrow into the same writer where every rank's rows weigh
+    at most ``RANK_SORT_BYTES``, else all at once by DuckDB within its memory limit.
     """
     events_dir = out_dir / EVENTS_DIR
     events_dir.mkdir(parents=True, exist_ok=True)
