@@ -9,7 +9,9 @@ import selectors
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,6 +89,7 @@ def ui_server(
                     url = word.rstrip("/")
         sel.close()
         _wait_ready(url, deadline)
+        _Drain(proc.stdout, pending)
         yield url
     finally:
         proc.terminate()
@@ -95,6 +98,24 @@ def ui_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class _Drain(threading.Thread):
+    """Reads the server's output for as long as it runs: a pipe left unread fills (64 KB of
+    warnings, say) and the server then blocks on its next write, every request with it. The
+    last lines are kept for a failing test's report and echoed to stderr (pytest shows them)."""
+
+    def __init__(self, out: Any, pending: bytes) -> None:
+        super().__init__(daemon=True)
+        self.out = out
+        self.tail: deque[str] = deque(pending.decode(errors="replace").splitlines(), maxlen=200)
+        self.start()
+
+    def run(self) -> None:
+        for raw in iter(self.out.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\n")
+            self.tail.append(line)
+            print(f"[hyperscope ui] {line}", file=sys.stderr)
 
 
 def _wait_ready(url: str, deadline: float) -> None:

@@ -54,6 +54,18 @@ def wait_dashboard(pg: Any, renders_before: int = 0) -> None:
     assert state == "ready", f"dashboard state {state}: {pg.inner_text('#dash-status')}"
 
 
+def wait_info(pg: Any) -> None:
+    """Until the Profile info page shows its panel; its state and text if it does not."""
+    try:
+        pg.wait_for_selector("#info[data-state=ready], #info[data-state=error]", timeout=TIMEOUT_MS)
+    except Exception as exc:
+        state = pg.evaluate("document.querySelector('#info')?.dataset.state ?? 'absent'")
+        text = pg.inner_text("#info")
+        raise AssertionError(f"Profile info still {state} after {TIMEOUT_MS} ms: {text}") from exc
+    state = pg.evaluate("document.querySelector('#info').dataset.state")
+    assert state == "ready", f"Profile info {state}: {pg.inner_text('#info')}"
+
+
 def renders(pg: Any) -> int:
     return int(pg.evaluate("window.__hyperscope.renders"))
 

@@ -16,7 +16,7 @@ import pytest
 
 from hyperscope import Store
 from tests.ui.conftest import Served
-from tests.ui.pages import TIMEOUT_MS, load_job, open_jobs, wait_dashboard
+from tests.ui.pages import TIMEOUT_MS, load_job, open_jobs, wait_dashboard, wait_info
 
 pytestmark = pytest.mark.browser
 
@@ -90,7 +90,7 @@ def test_a_dashboard_link_opens_the_same_filters(page: Any, browser: Any, synth:
         assert other.input_value("#top-k") == "7"
         # a tab switch keeps the view in the address; back on the dashboard it is the same
         other.click("a.tab[data-route=info]")
-        other.wait_for_selector("#info[data-state=ready]", timeout=TIMEOUT_MS)
+        wait_info(other)
         assert view_of(other) == (f"#/info/{synth.profile_id}", query)
 
 
@@ -192,7 +192,7 @@ def test_export_downloads_the_window_shown_or_the_whole_profile(page: Any, synth
     assert counts == want and sum(want) < sum(_events_in(synth, "true"))
     # Profile info offers the whole profile too
     page.click("a.tab[data-route=info]")
-    page.wait_for_selector("#info[data-state=ready]", timeout=TIMEOUT_MS)
+    wait_info(page)
     with page.expect_download(timeout=TIMEOUT_MS) as got:
         page.click("#info-export")
     assert got.value.suggested_filename == f"{synth.job}-{synth.profile_id}.zip"

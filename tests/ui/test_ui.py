@@ -26,6 +26,7 @@ from tests.ui.pages import (
     tooltip_text,
     values,
     wait_dashboard,
+    wait_info,
     wait_jobs,
 )
 
@@ -92,7 +93,7 @@ def test_info_panel(page: Any, h200: Served) -> None:
     open_jobs(page, h200.url)
     load_job(page, h200.job)
     page.click("a[data-route=info]")
-    page.wait_for_selector("#info[data-state=ready]", timeout=TIMEOUT_MS)
+    wait_info(page)
     text = page.inner_text("#info")
     assert "NVIDIA H200" in text
     assert page.inner_text("[data-field=Hosts]") == "vm"
