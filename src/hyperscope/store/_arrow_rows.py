@@ -13,7 +13,9 @@ No DuckDB here: a capture writes its parts without it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ctypes
+import ctypes.util
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from typing import Final, TypeAlias
@@ -151,6 +153,28 @@ def system_allocator() -> Iterator[None]:
         yield
     finally:
         pa.set_memory_pool(before)
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library is another (macOS, musl)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_freed() -> None:
+    """Hand memory freed by pyarrow back to the OS.
+
+    glibc keeps what a large ``free`` returned for later allocations (its mmap threshold rises
+    to the largest block freed), so each spill's sorted copy of ~130 MB stayed in the process:
+    a 300 MB trace's import peaked at 0.95 GB, 0.71 GB with a trim after each spill, for no
+    measurable time. (A fixed low threshold instead, ``MALLOC_MMAP_THRESHOLD_=256K``: 0.48 GB,
+    but the import 40 % slower, every large buffer zeroed by the kernel.)"""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _chunked(a: _Column) -> pa.ChunkedArray:

@@ -4,10 +4,11 @@ Inserting every chunk's rows into a DuckDB table and sorting them there with ``C
 BY`` cost more than reading them (df_index_resolver: ~0.5 s of sort and write, plus the inserts,
 of 1.6 s). Most imports fit in memory as Arrow tables many times over, so rows are held as they
 come, sorted by Arrow and written by pyarrow (``profile.write_sorted``). Past ``SPILL_BYTES`` of
-rows held, they are written out as unsorted Parquet parts of one rank each in the import's work
-directory, and sorted into the events file a rank at a time (``profile.write_events``: by Arrow,
-or by DuckDB within its memory limit where a rank is too large): memory stays bounded whatever
-the trace's size.
+rows held, they are written out as Parquet parts of one rank each in the import's work
+directory, and sorted into the events file a rank at a time (``profile.write_events``): a rank
+of at most ``RANK_SORT_BYTES`` whole by Arrow; a larger one by merging its parts, which are
+written sorted once the rank is known to be large (``_merge``). Memory stays bounded whatever the
+trace's size: a 1 GB single-rank trace (5.9M rows) peaks at 0.82 GB.
 
 Rows come in from the importer's workers (threads), from XPlane files, or as Parquet parts that
 worker processes wrote (``_rankpool``). Each table's figures (rows, first time, last end per rank)
@@ -21,13 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hyperscope.schema.events import EVENT_SCHEMA
-from hyperscope.store._arrow_rows import Figures, figures, merge_figures
+from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY
+from hyperscope.store._arrow_rows import Figures, figures, merge_figures, release_freed
+from hyperscope.store._merge import RUN_GROUP_ROWS, sort_order
 
 #: Arrow bytes of rows held in memory before they are written out as parts: a 54 MB trace's 216k rows
 #: weigh 83 MB (most of it 30-odd typed arg columns, null for most events). Sorting and writing
@@ -38,18 +39,18 @@ SPILL_BYTES: Final = 128 << 20
 ROW_BYTES: Final = 400
 #: Rows of a worker's part are written once and read once: a cheap codec, not a small file.
 PART_CODEC: Final = "lz4_raw"
+#: Arrow bytes of one rank's rows that ``profile.write_events`` sorts whole (a generated rank of
+#: 322k rows: 120 MB); a larger rank's parts are written sorted and merged (``_merge``).
+RANK_SORT_BYTES: Final = 256 << 20
+_RUN_ORDER: Final = tuple(
+    pq.SortingColumn(EVENT_SCHEMA.get_field_index(k), descending=False, nulls_first=False) for k in SORT_KEY
+)
 
 
 class StagedRows:
     """Rows of the event schema, unsorted; safe to add to from several threads."""
 
-    def __init__(
-        self,
-        connect: Callable[[], duckdb.DuckDBPyConnection],
-        work_dir: Path,
-        spill_bytes: int | None = None,
-    ) -> None:
-        self._connect = connect  # the importer's connection, opened on first use
+    def __init__(self, work_dir: Path, spill_bytes: int | None = None) -> None:
         self.work_dir = work_dir  # where rows past ``spill_bytes`` go, as Parquet parts
         self.spill_bytes = SPILL_BYTES if spill_bytes is None else spill_bytes
         self.figures: Figures = {}
@@ -58,6 +59,7 @@ class StagedRows:
         self._parts: list[tuple[int, Path]] = []  # each holds rows of one rank
         self._spills = 0
         self._lock = threading.Lock()
+        self._spilling = threading.Lock()
 
     @property
     def rows(self) -> int:
@@ -74,9 +76,22 @@ class StagedRows:
             merge_figures(self.figures, found)
             self._tables.append((next(iter(found)) if len(found) == 1 else None, table))
             self._held += table.nbytes
-            spill = self._take() if self._held > self.spill_bytes else None
-        if spill is not None:  # written without the lock: the other workers go on adding
-            self._write_spill(*spill)
+            over = self._held > self.spill_bytes
+        if over:
+            self._spill(lambda: self._held > self.spill_bytes)
+
+    def _spill(self, needed: Callable[[], bool]) -> None:
+        """What is held written out, if ``needed()`` still says so once no other spill runs.
+
+        One spill at a time: a worker that finds the rows held over the limit while another
+        spill runs waits for it (and its reads with it) instead of holding a second batch; two at
+        once took a 1 GB trace's import from 0.9 to 1.2 GB. The other workers go on adding."""
+        with self._spilling:
+            with self._lock:
+                spill = self._take() if needed() else None
+            if spill is not None:
+                self._write_spill(*spill)
+                release_freed()
 
     def add_parts(self, parts: list[tuple[int, Path]], found: Figures) -> None:
         """Parquet files of one rank's rows each that a worker process wrote (``hand_over``), with
@@ -95,7 +110,7 @@ class StagedRows:
 
     def in_memory(self) -> pa.Table | None:
         """Every row as one table of contiguous columns, when all of them are held here (they
-        are then no longer: call this once); else None (see ``rank_rows``).
+        are then no longer: call this once); else None (see ``rank_rows``, ``rank_runs``).
 
         Columns are joined one at a time, each chunk let go as soon as it is copied, so the rows
         are never twice in memory; a column that is null throughout is one shared array of its
@@ -116,14 +131,6 @@ class StagedRows:
             held = sum(int(t.nbytes) for r, t in self._tables if r in (rank, None))  # mixed: at most
             return held + sum(_part_bytes(p) for r, p in self._parts if r == rank)
 
-    def all_parts(self) -> list[Path]:
-        """Every row as Parquet parts (what is held in memory written out first)."""
-        with self._lock:
-            spill = self._take()
-        if spill is not None:
-            self._write_spill(*spill)
-        return [p for _, p in self._parts]
-
     def rank_rows(self, rank: int) -> pa.Table:
         """One rank's rows as one contiguous table (once all are added, after ``in_memory`` said
         None, where ``rank_bytes`` says they fit)."""
@@ -133,18 +140,35 @@ class StagedRows:
             paths = [p for r, p in self._parts if r == rank]
         return _contiguous([*mine, *(pq.read_table(p).cast(EVENT_SCHEMA) for p in paths)])
 
+    def large(self, rank: int) -> bool:
+        """Whether a rank's rows are too many to sort whole (``rank_runs``, not ``rank_rows``)."""
+        return self.rank_bytes(rank) > RANK_SORT_BYTES
+
+    def rank_runs(self, rank: int) -> list[Path | pa.Table]:
+        """One rank's rows as sorted runs for ``_merge.merged`` (once all are added, after
+        ``in_memory`` said None): its parts, each sorted as it was written (or here, if it was
+        written before the rank was known to be large), and what is held of it, sorted here."""
+        with self._lock:
+            mine = [t for r, t in self._tables if r == rank]
+            mine += [t.filter(pc.equal(t["rank"], rank)) for r, t in self._tables if r is None]
+            self._tables = [(r, t) for r, t in self._tables if r != rank]
+            parts = [p for r, p in self._parts if r == rank]
+        runs: list[Path | pa.Table] = [_sorted(mine)] if mine else []
+        for path in parts:
+            if not _is_run(path):
+                run = path.with_name(f"run-{path.name}")
+                _write_run(_sorted([pq.read_table(path).cast(EVENT_SCHEMA)]), run)
+                path.unlink()
+                path = run
+            runs.append(path)
+        return runs
+
     def hand_over(self) -> list[tuple[int, Path]]:
         """Every row, unsorted, as Parquet files of one rank each for another process to read (a
         worker's result): what is held in memory written out, and the parts written already as
         they are (not read and written again: 2.6M generated rows, ~4 s of each worker's time)."""
-        with self._lock:
-            spill = self._take()
-        if spill is not None:
-            self._write_spill(*spill)
+        self._spill(lambda: True)
         return list(self._parts)
-
-    def connection(self) -> duckdb.DuckDBPyConnection:
-        return self._connect()
 
     def _take(self) -> tuple[list[tuple[int | None, pa.Table]], int] | None:
         """The rows held, let go, and the number of the spill they go to (the caller holds the
@@ -156,9 +180,9 @@ class StagedRows:
         return tables, self._spills
 
     def _write_spill(self, tables: list[tuple[int | None, pa.Table]], number: int) -> None:
-        """Rows moved out of memory: a Parquet part per rank, written by pyarrow, each rank's
-        sorted at the end (``profile.write_events``). (Inserting them into a DuckDB table that
-        spilled to disk itself took 3.7 s of a 300 MB trace's 10.5 s import.)"""
+        """Rows moved out of memory: a Parquet part per rank, written by pyarrow, sorted now where
+        the rank is already too large to sort whole at the end. (Inserting them into a DuckDB
+        table that spilled to disk itself took 3.7 s of a 300 MB trace's 10.5 s import.)"""
         by_rank: dict[int, list[pa.Table]] = {}
         for rank, table in tables:
             if rank is not None:
@@ -170,7 +194,10 @@ class StagedRows:
         written = []
         for rank, mine in by_rank.items():
             path = self.work_dir / f"spill-{number:05d}-rank{rank}.parquet"
-            _write(mine, path)
+            if self.figures[rank][0] * ROW_BYTES > RANK_SORT_BYTES:  # sure to be merged: a run
+                _write_run(_sorted(mine), path)
+            else:  # most likely sorted whole by Arrow at the end: sorting it now would be lost
+                _write(mine, path)
             written.append((rank, path))
         with self._lock:
             self._parts.extend(written)
@@ -194,10 +221,10 @@ def _contiguous(tables: list[pa.Table]) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
 
 
-def _part_bytes(path: Path) -> int:
-    """About the Arrow bytes a Parquet part's rows take once read: by its rows, since its own
-    sizes count a null as a bit (most typed arg columns are mostly null; in Arrow, 8 bytes)."""
-    return int(pq.read_metadata(path).num_rows) * ROW_BYTES
+def _is_run(path: Path) -> bool:
+    """Whether a part was written sorted (``_write_run``), by its footer: parts cross processes."""
+    meta = pq.read_metadata(path)
+    return meta.num_row_groups == 0 or bool(meta.row_group(0).sorting_columns == _RUN_ORDER)
 
 
 def _write(tables: list[pa.Table], path: Path) -> None:
@@ -205,5 +232,48 @@ def _write(tables: list[pa.Table], path: Path) -> None:
     try:
         while tables:
             writer.write_table(tables.pop())
+    finally:
+        writer.close()
+
+
+def _part_bytes(path: Path) -> int:
+    """About the Arrow bytes a Parquet part's rows take once read: by its rows, since its own
+    sizes count a null as a bit (most typed arg columns are mostly null; in Arrow, 8 bytes)."""
+    return int(pq.read_metadata(path).num_rows) * ROW_BYTES
+
+
+def _sorted(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` as one table sorted by ``SORT_KEY``, taken a column at a time with each
+    column's chunks let go once taken: the rows are never twice in memory (joined first, then
+    taken, they were, for ~130 MB more of each spill's peak)."""
+    keys = pa.Table.from_arrays(
+        [
+            pa.chunked_array([c for t in tables for c in t.column(k).chunks], EVENT_SCHEMA.field(k).type)
+            for k in SORT_KEY
+        ],
+        names=list(SORT_KEY),
+    )
+    order = sort_order(keys)
+    del keys
+    chunks = [[c for t in tables for c in t.column(i).chunks] for i in range(len(EVENT_SCHEMA))]
+    tables.clear()
+    nulls: dict[pa.DataType, pa.Array] = {}
+    columns: list[pa.Array | pa.ChunkedArray] = []
+    for field, parts in zip(EVENT_SCHEMA, chunks, strict=True):
+        if all(p.null_count == len(p) for p in parts):
+            columns.append(nulls.setdefault(field.type, pa.nulls(len(order), field.type)))
+        else:
+            columns.append(pa.chunked_array(parts, field.type).take(order))
+        parts.clear()
+    return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
+
+
+def _write_run(table: pa.Table, path: Path) -> None:
+    """Sorted rows as a part of small row groups, marked sorted in its footer: a run for
+    ``_merge.merged``. (Sorting a part as it is written, in a worker, overlaps the reading of
+    the next; merging the runs then takes no sort of the whole rank.)"""
+    writer = pq.ParquetWriter(path, EVENT_SCHEMA, compression=PART_CODEC, sorting_columns=_RUN_ORDER)
+    try:
+        writer.write_table(table, row_group_size=RUN_GROUP_ROWS)
     finally:
         writer.close()

@@ -2,12 +2,13 @@
 
 Each file is streamed in chunks (``_tracefile``); each chunk becomes typed rows through the
 compiled reader (``_creader``, typed by ``_arrow_rows``) where it can answer for the chunk, else
-(or a batch of small files' chunks, read in one statement) through DuckDB (``_sql``), and is held
-unsorted (``_staged``: Arrow tables, written out as Parquet parts past a size). Chunks that DuckDB's lenient
-reader cannot be trusted with go through the exact parser (``_validate``), which also names what
-is wrong. Once every file has been read, ``profile.write_events`` sorts the rows into the
-profile's events file. Memory stays bounded by the chunk size, ``_staged.SPILL_BYTES`` and
-DuckDB's memory limit, whatever the size of the trace.
+(or a batch of small files' chunks, read in one statement) through DuckDB (``_sql``), and is
+held (``_staged``: Arrow tables, written out as Parquet parts past a size). Chunks that DuckDB's
+lenient reader cannot be trusted with go through the exact parser (``_validate``), which also
+names what is wrong. Once every file has been read, ``profile.write_events`` sorts the rows into
+the profile's events file (a large rank by merging sorted parts, ``_merge``). Memory stays
+bounded by the chunk size, ``_staged.SPILL_BYTES`` and DuckDB's memory limit, whatever the size
+of the trace.
 
 Any error leaves nothing behind: the staging directory is removed and the catalog is not touched.
 """
@@ -126,7 +127,7 @@ class Importer:
         self.memory_limit = memory_limit
         self._con: duckdb.DuckDBPyConnection | None = None
         self._con_lock = threading.Lock()
-        self.staged = StagedRows(lambda: self.con, work_dir, spill_bytes)
+        self.staged = StagedRows(work_dir, spill_bytes)
         self.result = StagedImport()
 
     @property

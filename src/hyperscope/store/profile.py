@@ -12,7 +12,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -26,7 +26,6 @@ from hyperscope.schema.events import (
     DELTA_COLUMNS,
     EVENT_SCHEMA,
     SAMPLE_SCHEMA,
-    SORT_KEY,
     STATS_COLUMNS,
     EventKind,
 )
@@ -40,6 +39,8 @@ from hyperscope.schema.layout import (
     ProfileMeta,
     RankMeta,
 )
+from hyperscope.store._arrow_rows import release_freed
+from hyperscope.store._merge import merged, sort_order
 from hyperscope.store._sql import empty_events
 
 if TYPE_CHECKING:  # imported where used: a capture writes its parts without DuckDB
@@ -48,9 +49,6 @@ if TYPE_CHECKING:  # imported where used: a capture writes its parts without Duc
     from hyperscope.store._staged import StagedRows
 
 ROW_GROUP_ROWS: Final = 128 * 1024
-#: Rows written out as parts are sorted by Arrow a rank at a time where every rank's rows weigh at
-#: most this (a generated rank of 322k rows: 120 MB); else DuckDB sorts them all, within its limit.
-RANK_SORT_BYTES: Final = 256 << 20
 #: zstd level of an import's events file: 0.15 s for df_index_resolver's 216k rows (562 KB), where
 #: 17 takes 0.56 s (508 KB); the legacy ResNet 0.06 s at 9 (317 KB), 0.36 s at 17 (286 KB).
 IMPORT_FAST_LEVEL: Final = 9
@@ -106,8 +104,8 @@ def write_events(
     ``IMPORT_FAST_LEVEL``, per-column encodings and one shared dictionary; where that file is
     over ``budget_bytes`` (the share of the promise ``raw JSON / 50`` the events file may take) it
     is written again at ``IMPORT_ZSTD_LEVEL``. Rows written out as parts (a trace too large to
-    hold) are sorted a rank at a time by Arrow into the same writer where every rank's rows weigh
-    at most ``RANK_SORT_BYTES``, else all at once by DuckDB within its memory limit.
+    hold) are sorted a rank at a time by Arrow into the same writer where the rank's rows weigh
+    at most ``_staged.RANK_SORT_BYTES``; a larger rank's parts, each sorted as it was written, are merged.
     """
     events_dir = out_dir / EVENTS_DIR
     events_dir.mkdir(parents=True, exist_ok=True)
@@ -116,15 +114,11 @@ def write_events(
     if table is None:
         return _write_by_rank(staged, target, offsets)
     table = _shifted(table, offsets)
-    order = _order(table)
+    order = sort_order(table)
     write_sorted(table, order, target, level=IMPORT_FAST_LEVEL)
     if budget_bytes is not None and target.stat().st_size > budget_bytes:
         write_sorted(table, order, target, level=IMPORT_ZSTD_LEVEL)
     return Written(table.num_rows, *_bounds(table), _others(table))
-
-
-def _order(table: pa.Table) -> pa.Array:
-    return pc.sort_indices(table.select(list(SORT_KEY)), sort_keys=[(k, "ascending") for k in SORT_KEY])
 
 
 def _bounds(table: pa.Table) -> tuple[int | None, int | None]:
@@ -154,62 +148,57 @@ def _shifted(table: pa.Table, offsets: dict[int, int]) -> pa.Table:
 
 
 def _write_by_rank(staged: StagedRows, target: Path, offsets: dict[int, int]) -> Written:
-    """Rows too many to hold at once, a rank at a time (the events are sorted by rank first):
-    the generated 8-rank set's 2.6M rows, sorted whole by DuckDB under its memory limit, took 8 s
-    of a 10.5 s import; a rank at a time by Arrow, 3.0 s. Where a rank is larger than
-    ``RANK_SORT_BYTES``, DuckDB sorts every row in one ``COPY``, within its memory limit."""
-    if any(staged.rank_bytes(rank) > RANK_SORT_BYTES for rank in staged.ranks()):
-        # one DuckDB sort of every row: a rank at a time, a 1 GB single-rank trace's sort ran out
-        # of DuckDB's 256 MB, which sorting all the rows in one statement did not (40 s, 876 MB)
-        shift = " ".join(f"WHEN {int(r)} THEN {int(o)}" for r, o in offsets.items())
-        count, low, high, kept = _sorted_by_duckdb(
-            staged, staged.all_parts(), f"CASE rank {shift} ELSE 0 END", target
-        )
-        return Written(count, low, high, kept)
-    rows, lows, highs, others = 0, [], [], []
+    """Rows too many to hold at once, a rank at a time (the events are sorted by rank first).
+
+    A rank of at most ``_staged.RANK_SORT_BYTES`` is read whole and sorted by Arrow (the generated 8-rank
+    set's 2.6M rows: 3.0 s, where DuckDB's sort of all of them took 8 s). A larger one is never
+    whole in memory: its parts, each sorted as it was written, and what is held of it are merged
+    (``_merge``): 2.1 s on a 300 MB single-rank trace, where DuckDB's sort took 7.3 s. (Merging
+    every rank cost the 8-rank set 1.5 s more: many small row groups read, batches joined.)"""
+    tally = _Tally()
     writer: pq.ParquetWriter | None = None
     try:
         for rank in staged.ranks():
-            table = _shifted(staged.rank_rows(rank), offsets)
             writer = writer or _writer(target, EVENT_SCHEMA, IMPORT_FAST_LEVEL)
-            _write_groups(writer, table, _order(table))
-            count, (low, high), kept = table.num_rows, _bounds(table), _others(table)
-            rows += count
-            lows += [low] if low is not None else []
-            highs += [high] if high is not None else []
-            others.append(kept)
+            _write_rank(writer, staged, rank, offsets.get(rank, 0), tally)
     finally:
         if writer is not None:
             writer.close()
-    kept = pa.concat_tables(others) if others else _others(EVENT_SCHEMA.empty_table())
-    return Written(rows, min(lows, default=None), max(highs, default=None), kept)
+    release_freed()  # what the sort took, for the precompute that follows
+    return tally.written()
 
 
-def _sorted_by_duckdb(
-    staged: StagedRows, paths: list[Path], offset: str, target: Path
-) -> tuple[int, int | None, int | None, pa.Table]:
-    """Parts sorted and written by DuckDB, ``offset`` (SQL) added to each time; their rows,
-    bounds and kind-``other`` rows."""
-    con = staged.connection()
-    files = ", ".join(f"'{_sq(str(p))}'" for p in paths)
-    select = (
-        f"SELECT * REPLACE (ts_ns + {offset} AS ts_ns) FROM read_parquet([{files}]) "
-        f"ORDER BY {', '.join(SORT_KEY)}"
-    )
-    con.execute(
-        f"COPY ({select}) TO '{_sq(str(target))}' (FORMAT parquet, COMPRESSION zstd, "
-        f"COMPRESSION_LEVEL 9, PARQUET_VERSION V2, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
-    )
-    written = f"read_parquet('{_sq(str(target))}')"
-    rows, low, high = con.execute(
-        f"SELECT count(*), min(ts_ns) FILTER (WHERE ph <> 'M'), "
-        f"max(ts_ns + coalesce(dur_ns, 0)) FILTER (WHERE ph <> 'M') FROM {written}"
-    ).fetchall()[0]
-    others = con.sql(
-        f"SELECT rank, cat, kind, ph, stream FROM {written} WHERE kind = $kind AND cat IS NOT NULL",
-        params={"kind": EventKind.OTHER.value},
-    ).to_arrow_table()
-    return int(rows), low, high, others.cast(_others(EVENT_SCHEMA.empty_table()).schema)
+def _write_rank(writer: pq.ParquetWriter, staged: StagedRows, rank: int, offset: int, tally: _Tally) -> None:
+    if not staged.large(rank):
+        table = _shifted(staged.rank_rows(rank), {rank: offset})
+        _write_groups(writer, table, sort_order(table))
+        tally.add(table)
+        return
+    for batch in merged(staged.rank_runs(rank), ROW_GROUP_ROWS):
+        table = _shifted(batch, {rank: offset})
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        tally.add(table)
+
+
+@dataclass
+class _Tally:
+    """What ``_write_by_rank`` wrote, table by table."""
+
+    rows: int = 0
+    lows: list[int] = field(default_factory=list)
+    highs: list[int] = field(default_factory=list)
+    others: list[pa.Table] = field(default_factory=list)
+
+    def add(self, table: pa.Table) -> None:
+        low, high = _bounds(table)
+        self.rows += table.num_rows
+        self.lows += [low] if low is not None else []
+        self.highs += [high] if high is not None else []
+        self.others.append(_others(table))
+
+    def written(self) -> Written:
+        kept = pa.concat_tables(self.others) if self.others else _others(EVENT_SCHEMA.empty_table())
+        return Written(self.rows, min(self.lows, default=None), max(self.highs, default=None), kept)
 
 
 def write_sorted(table: pa.Table, order: pa.Array, path: Path, *, level: int) -> None:
