@@ -34,8 +34,13 @@ import pyarrow as pa
 from hyperscope.schema.events import ARG_COLUMNS
 
 SOURCE: Final = Path(__file__).with_name("_kineto_reader.c")
-#: Compiled into the same library: the count of complete values the reader's cuts are checked by.
-SOURCES: Final = (SOURCE, Path(__file__).with_name("_json_values.c"))
+#: Compiled into the same library: the count of complete values the reader's cuts are checked by,
+#: and the timeline's first-fit lanes (``pack_lanes``).
+SOURCES: Final = (
+    SOURCE,
+    Path(__file__).with_name("_json_values.c"),
+    Path(__file__).parents[1] / "timeline" / "_lanes.c",
+)
 #: ``sql`` turns the compiled reader off (the DuckDB path reads every chunk); anything else, or
 #: unset, uses it where it can be built.
 ENV: Final = "HYPERSCOPE_IMPORT_READER"
@@ -135,6 +140,8 @@ def _library() -> ctypes.CDLL | None:
                         ctypes.c_int64,
                         ctypes.POINTER(ctypes.c_int64),
                     )
+                    lib.hs_pack_lanes.restype = ctypes.c_int64
+                    lib.hs_pack_lanes.argtypes = (ctypes.c_void_p,) * 2 + (ctypes.c_int64, ctypes.c_void_p)
                     lib.hs_read_events.argtypes = (
                         ctypes.c_char_p,
                         ctypes.c_int64,
@@ -163,6 +170,20 @@ def count_values(text: bytes) -> tuple[int, int] | None:
     largest = ctypes.c_int64(0)
     got = lib.hs_count_values(text, len(text), ctypes.byref(largest))
     return None if got < 0 else (int(got), int(largest.value))
+
+
+def pack_lanes(ts: np.ndarray[Any, Any], ends: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """Each event's first-fit lane (``timeline/_lanes.c``), events in order of (start, longer
+    first); None where the library is not available (the caller's loop in Python then)."""
+    lib = _library()
+    if lib is None:
+        return None
+    ts = np.ascontiguousarray(ts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    out = np.empty(len(ts), dtype=np.int64)
+    if lib.hs_pack_lanes(ts.ctypes.data, ends.ctypes.data, len(ts), out.ctypes.data) < 0:
+        raise MemoryError(f"packing {len(ts):,} events into lanes")
+    return out
 
 
 def read_columns(text: bytes, count: int) -> pa.Table | None:

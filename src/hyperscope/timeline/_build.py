@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pyarrow.parquet as pq
 
 from hyperscope.analysis._common import connection
+from hyperscope.store import _creader
 from hyperscope.store.profile import Profile
 from hyperscope.timeline.index import (
     CLASSES,
@@ -366,6 +367,14 @@ def _depths(ts: I64, dur: I64) -> I64:
     depth: I64 = np.clip(open_, 0, MAX_DEPTH).astype(np.int64)
     if n < 2 or _disjoint_lanes(ts, ends, depth):
         return depth
+    packed = _creader.pack_lanes(ts, ends)
+    lanes: I64 = _first_fit(ts, ends) if packed is None else packed
+    return np.minimum(lanes, MAX_DEPTH)
+
+
+def _first_fit(ts: I64, ends: I64) -> I64:
+    """``_creader.pack_lanes`` in Python, where no C compiler built it."""
+    n = len(ts)
     lanes: list[int] = []  # end of the last event of each lane
     out = np.empty(n, dtype=np.int64)
     step = 1 << 16  # Python ints a block at a time: a whole row's cost 56 bytes an event at once
@@ -380,7 +389,7 @@ def _depths(ts: I64, dur: I64) -> I64:
             else:
                 out[i] = len(lanes)
                 lanes.append(e)
-    return np.minimum(out, MAX_DEPTH)
+    return out
 
 
 def _disjoint_lanes(ts: I64, ends: I64, depth: I64) -> bool:
