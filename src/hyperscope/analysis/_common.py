@@ -149,10 +149,11 @@ class Table(Generic[R]):
         return tuple(f.name for f in fields(self.row_type))
 
     def to_dict(self) -> dict[str, Any]:
+        names = self.columns
         return {
             "title": self.title,
-            "columns": list(self.columns),
-            "rows": [asdict(r) for r in self.rows],  # type: ignore[call-overload]
+            "columns": list(names),
+            "rows": [_row_dict(r, names) for r in self.rows],
             "notes": list(self.notes),
         }
 
@@ -161,6 +162,18 @@ class Table(Generic[R]):
 
     def __iter__(self) -> Iterator[R]:
         return iter(self.rows)
+
+
+def _row_dict(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """``asdict(row)`` without its deep copy where no field holds a container or a dataclass (the
+    rows of every table today): ``asdict`` took 0.03 s of the 8-rank DLRM set's 0.16 s precompute."""
+    out = {name: getattr(row, name) for name in names}
+    if any(isinstance(v, _NESTED) or is_dataclass(v) for v in out.values()):
+        return asdict(row)
+    return out
+
+
+_NESTED = (list, tuple, dict, set)
 
 
 @contextmanager
