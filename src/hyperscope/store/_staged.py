@@ -158,6 +158,8 @@ class StagedRows:
             if not _is_run(path):
                 run = path.with_name(f"run-{path.name}")
                 _write_run(_sorted([pq.read_table(path).cast(EVENT_SCHEMA)]), run)
+                with self._lock:  # the part is the run now, for whoever lists the parts after
+                    self._parts = [(r, run if p == path else p) for r, p in self._parts]
                 path.unlink()
                 path = run
             runs.append(path)
