@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from hyperscope.store import _creader
 from hyperscope.store.synth import SynthSpec, write_job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +110,10 @@ def test_the_wheel_works_in_a_fresh_venv(tmp_path: Path) -> None:
         assert "hyperscope/server/static/index.html" in zf.namelist()
         # the real GPU recording `hyperscope demo` imports where there is no GPU
         assert "hyperscope/_samples/h200_transformer_bf16.pt.trace.json.gz" in zf.namelist()
+        # the compiled reader's C files (without them an import quietly takes the DuckDB path)
+        root = Path(_creader.__file__).parents[2]  # the directory that holds hyperscope/
+        for c_file in (*_creader.SOURCES, *_creader.HEADERS):
+            assert c_file.relative_to(root).as_posix() in zf.namelist(), c_file
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"

@@ -41,6 +41,8 @@ SOURCES: Final = (
     Path(__file__).with_name("_json_values.c"),
     Path(__file__).parents[1] / "timeline" / "_lanes.c",
 )
+#: Included by ``SOURCE`` (JSON strings and numbers as the reader reads and writes them).
+HEADERS: Final = (Path(__file__).with_name("_json_text.h"),)
 #: ``sql`` turns the compiled reader off (the DuckDB path reads every chunk); anything else, or
 #: unset, uses it where it can be built.
 ENV: Final = "HYPERSCOPE_IMPORT_READER"
@@ -100,7 +102,10 @@ def cache_dir() -> Path:
 def build(out_dir: Path | None = None) -> Path | None:
     """The compiled reader (compiled now if these sources' build is not cached); None without a
     working C compiler."""
-    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)).hexdigest()[:16]
+    try:
+        digest = hashlib.sha256(b"".join(s.read_bytes() for s in (*SOURCES, *HEADERS))).hexdigest()[:16]
+    except OSError:  # a package missing its C files: the DuckDB path, as without a compiler
+        return None
     target = (out_dir or cache_dir()) / f"kineto_reader-{digest}.so"
     if target.is_file():
         return target
