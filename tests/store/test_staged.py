@@ -5,6 +5,7 @@ harder-compressed write only where the first is over its budget."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 from collections.abc import Callable
@@ -159,3 +160,31 @@ def test_rows_past_a_row_group_are_written_in_order(tmp_path: Path, monkeypatch:
     keys = _keys(rows)
     assert keys == sorted(keys)  # each row group goes on where the one before ends
     assert sorted(map(repr, rows)) == sorted(map(repr, _rows(one)))
+
+
+class _FailingWriter:
+    """A Parquet writer whose disk fills at its second row group."""
+
+    def __init__(self) -> None:
+        self.groups = 0
+        self.closed = False
+
+    def write_table(self, table: pa.Table, row_group_size: int) -> None:
+        self.groups += 1
+        if self.groups == 2:
+            raise OSError(28, "No space left on device")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_write_behind_that_fails_raises_in_the_caller_and_never_hangs() -> None:
+    failing = _FailingWriter()
+    behind = profile._Behind(failing)  # type: ignore[arg-type]
+    table = pa.table({"x": [1, 2, 3]})
+    with contextlib.suppress(OSError):  # the error surfaces at a later write, if the thread is quick
+        for _ in range(50):
+            behind.write_table(table)
+    with pytest.raises(OSError, match="No space left"):  # and always at close, the file closed
+        behind.close()
+    assert failing.closed and failing.groups == 2  # nothing written after the error

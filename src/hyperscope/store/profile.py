@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,10 +158,10 @@ def _write_by_rank(staged: StagedRows, target: Path, offsets: dict[int, int]) ->
     (``_merge``): 2.1 s on a 300 MB single-rank trace, where DuckDB's sort took 7.3 s. (Merging
     every rank cost the 8-rank set 1.5 s more: many small row groups read, batches joined.)"""
     tally = _Tally()
-    writer: pq.ParquetWriter | None = None
+    writer: _Behind | None = None
     try:
         for rank in staged.ranks():
-            writer = writer or _writer(target, EVENT_SCHEMA, IMPORT_FAST_LEVEL)
+            writer = writer or _Behind(_writer(target, EVENT_SCHEMA, IMPORT_FAST_LEVEL))
             _write_rank(writer, staged, rank, offsets.get(rank, 0), tally)
     finally:
         if writer is not None:
@@ -168,7 +170,7 @@ def _write_by_rank(staged: StagedRows, target: Path, offsets: dict[int, int]) ->
     return tally.written()
 
 
-def _write_rank(writer: pq.ParquetWriter, staged: StagedRows, rank: int, offset: int, tally: _Tally) -> None:
+def _write_rank(writer: _Behind, staged: StagedRows, rank: int, offset: int, tally: _Tally) -> None:
     if not staged.large(rank):
         table = _shifted(staged.rank_rows(rank), {rank: offset})
         _write_groups(writer, table, sort_order(table))
@@ -176,7 +178,7 @@ def _write_rank(writer: pq.ParquetWriter, staged: StagedRows, rank: int, offset:
         return
     for batch in merged(staged.rank_runs(rank), ROW_GROUP_ROWS):
         table = _shifted(batch, {rank: offset})
-        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        writer.write_table(table)
         tally.add(table)
 
 
@@ -205,16 +207,51 @@ def write_sorted(table: pa.Table, order: pa.Array, path: Path, *, level: int) ->
     """``table``'s rows in ``order`` into one Parquet file, in the layout of ``write_part``, a row
     group at a time (so the sorted copy is never whole in memory).
 
-    One file, on one thread: two files written at once (a run of row groups each) saved nothing
-    on df_index_resolver's import and cost its precompute 0.08 s (median of 5, quiet)."""
-    writer = _writer(path, EVENT_SCHEMA, level)
+    One file: two files written at once (a run of row groups each) saved nothing on
+    df_index_resolver's import and cost its precompute 0.08 s (median of 5, quiet). Its row
+    groups are written behind the taking of the next (``_Behind``)."""
+    writer = _Behind(_writer(path, EVENT_SCHEMA, level))
     try:
         _write_groups(writer, table, order)
     finally:
         writer.close()
 
 
-def _write_groups(writer: pq.ParquetWriter, table: pa.Table, order: pa.Array) -> None:
+class _Behind:
+    """A Parquet writer that encodes and compresses each row group on a thread of its own while
+    the caller takes (or merges) the next: pyarrow's write and Arrow's take both release the GIL,
+    and on 2 cores they overlap. One group waits at most; an error in the write is raised at the
+    next ``write_table`` or at ``close``."""
+
+    def __init__(self, writer: pq.ParquetWriter) -> None:
+        self._writer = writer
+        self._queue: queue.Queue[pa.Table | None] = queue.Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="hyperscope-write", daemon=True)
+        self._thread.start()
+
+    def write_table(self, table: pa.Table) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(table)
+
+    def _run(self) -> None:
+        while (table := self._queue.get()) is not None:
+            if self._error is None:  # after an error: taken and dropped, so the caller never waits
+                try:
+                    self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                except BaseException as exc:  # raised in the caller's thread
+                    self._error = exc
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._writer.close()
+        if self._error is not None:
+            raise self._error
+
+
+def _write_groups(writer: _Behind, table: pa.Table, order: pa.Array) -> None:
     # a column null throughout (most typed args of most traces) is not taken but shared, per type
     empty = {f.name for f in EVENT_SCHEMA if table[f.name].null_count == table.num_rows}
     size = min(ROW_GROUP_ROWS, len(order))
@@ -225,7 +262,7 @@ def _write_groups(writer: pq.ParquetWriter, table: pa.Table, order: pa.Array) ->
             nulls[f.type].slice(0, len(rows)) if f.name in empty else pc.take(table[f.name], rows)
             for f in EVENT_SCHEMA
         ]
-        writer.write_table(pa.Table.from_arrays(columns, schema=EVENT_SCHEMA), row_group_size=ROW_GROUP_ROWS)
+        writer.write_table(pa.Table.from_arrays(columns, schema=EVENT_SCHEMA))
 
 
 def write_part(table: pa.Table, path: Path, *, level: int = 19) -> None:
