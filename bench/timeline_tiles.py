@@ -94,7 +94,7 @@ def run(
     npy_compare: bool = True,
     snap: bool = True,
 ) -> dict[str, Any]:
-    # stored whatever its size (below STORE_MIN_EVENTS a server holds the index in memory): the
+    # stored whatever its size (below TIMELINE_STORE_MIN_EVENTS a server holds the index in memory): the
     # blocks are what is measured
     os.environ.setdefault("HYPERSCOPE_TIMELINE_STORE_MIN", "0")
     per_step = spec(1).events_per_rank * RANKS

@@ -59,7 +59,7 @@ def synth_job(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 @pytest.fixture(autouse=True)
 def timeline_index_stored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The test profiles are far under ``timeline.index.STORE_MIN_EVENTS`` (profiles that small keep
+    """The test profiles are far under ``store.derived.TIMELINE_STORE_MIN_EVENTS`` (profiles that small keep
     no index on disk): stored all the same, in blocks of 256 entries, so that every test that
     draws a timeline (servers and browsers included, through the environment) reads the compressed
     blocks across their edges. ``tests/timeline/test_blocks.py`` tests the threshold itself."""

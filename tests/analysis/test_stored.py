@@ -22,6 +22,7 @@ from hyperscope.analysis._common import ALL
 from hyperscope.analysis.collective_waits import collective_waits
 from hyperscope.analysis.filters import profile_filters
 from hyperscope.analysis.memory_view import memory_view
+from hyperscope.store.derived import TIMELINE_STORE_MIN_EVENTS
 from hyperscope.store.synth import SynthSpec, write_job
 
 FIXTURE = Path(__file__).parents[1] / "data" / "h200_capture"
@@ -164,7 +165,7 @@ def test_the_import_summary_counts_everything_kept(
     from hyperscope.cli.main import app
 
     if not stored_index:  # as in use: a profile this small keeps no index on disk
-        monkeypatch.setenv("HYPERSCOPE_TIMELINE_STORE_MIN", str(tl.index.STORE_MIN_EVENTS))
+        monkeypatch.setenv("HYPERSCOPE_TIMELINE_STORE_MIN", str(TIMELINE_STORE_MIN_EVENTS))
     paths = write_job(tmp_path / "traces", SynthSpec(ranks=2, steps=3))
     home = tmp_path / "home"
     done = CliRunner().invoke(app, ["import", *map(str, paths), "--job", "j", "--home", str(home)])

@@ -225,7 +225,7 @@ def test_a_stored_index_keeps_its_step_list(generated: Profile) -> None:
 def test_a_small_profile_keeps_no_index_on_disk(
     tmp_path: Path, generated: Profile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under ``STORE_MIN_EVENTS`` the index is built in memory at the first view and answers the
+    """Under ``TIMELINE_STORE_MIN_EVENTS`` the index is built in memory at the first view and answers the
     same tiles as a stored one."""
     copy = tmp_path / "p"
     shutil.copytree(generated.path, copy, ignore=shutil.ignore_patterns("derived"))

@@ -2,8 +2,9 @@
 
 A rank too large to sort in memory (a 1 GB single-rank trace: 5.9M rows, ~2.4 GB as Arrow) was
 sorted by DuckDB in one ``COPY ... ORDER BY`` within its memory limit: 7.3 s of a 300 MB trace's
-12 s import. Instead, every part written out of memory is sorted as it is written (an Arrow sort
-of at most ``_staged.SPILL_BYTES``), and the parts of one rank are merged here.
+12 s import. Instead, once a rank is known to be that large, each part of it written out of
+memory is sorted as it is written (an Arrow sort of at most ``_staged.SPILL_BYTES``; parts written
+before are sorted at the end), and the parts of one rank are merged here.
 
 The merge goes by batches, not by rows: each run holds one row group; the smallest of the runs'
 last keys is the cut; every row up to the cut, from every run, is sorted by Arrow and handed on.

@@ -146,10 +146,7 @@ class StagedRows:
     def rank_rows(self, rank: int) -> pa.Table:
         """One rank's rows as one contiguous table (once all are added, after ``in_memory`` said
         None, where ``rank_bytes`` says they fit)."""
-        with self._lock:
-            mine = [t for r, t in self._tables if r == rank]
-            mine += [t.filter(pc.equal(t["rank"], rank)) for r, t in self._tables if r is None]
-            paths = [p for r, p in self._parts if r == rank]
+        mine, paths = self._take_rank(rank)
         return _contiguous([*mine, *(pq.read_table(p).cast(EVENT_SCHEMA) for p in paths)])
 
     def large(self, rank: int) -> bool:
@@ -160,11 +157,7 @@ class StagedRows:
         """One rank's rows as sorted runs for ``_merge.merged`` (once all are added, after
         ``in_memory`` said None): its parts, each sorted as it was written (or here, if it was
         written before the rank was known to be large), and what is held of it, sorted here."""
-        with self._lock:
-            mine = [t for r, t in self._tables if r == rank]
-            mine += [t.filter(pc.equal(t["rank"], rank)) for r, t in self._tables if r is None]
-            self._tables = [(r, t) for r, t in self._tables if r != rank]
-            parts = [p for r, p in self._parts if r == rank]
+        mine, parts = self._take_rank(rank)
         runs: list[Path | pa.Table] = [_sorted(mine)] if mine else []
         for path in parts:
             if not _is_run(path):
@@ -178,10 +171,20 @@ class StagedRows:
             runs.append(path)
         return runs
 
+    def _take_rank(self, rank: int) -> tuple[list[pa.Table], list[Path]]:
+        """One rank's rows held, let go (those of tables of several ranks filtered out of them),
+        and its parts."""
+        with self._lock:
+            mine = [t for r, t in self._tables if r == rank]
+            mine += [t.filter(pc.equal(t["rank"], rank)) for r, t in self._tables if r is None]
+            self._tables = [(r, t) for r, t in self._tables if r != rank]
+            return mine, [p for r, p in self._parts if r == rank]
+
     def hand_over(self) -> list[tuple[int, Path]]:
-        """Every row, unsorted, as Parquet files of one rank each for another process to read (a
-        worker's result): what is held in memory written out, and the parts written already as
-        they are (not read and written again: 2.6M generated rows, ~4 s of each worker's time)."""
+        """Every row as Parquet files of one rank each (sorted where the rank is large) for
+        another process to read (a worker's result): what is held in memory written out, and the
+        parts written already as they are (not read and written again: 2.6M generated rows, ~4 s
+        of each worker's time)."""
         self._spill(lambda: True)
         return list(self._parts)
 
@@ -222,18 +225,24 @@ class StagedRows:
 
 def _contiguous(tables: list[pa.Table]) -> pa.Table:
     """``tables`` as one table of contiguous columns (``StagedRows.in_memory``)."""
-    if not tables:
-        return EVENT_SCHEMA.empty_table()
-    rows = sum(t.num_rows for t in tables)
+    return _columnwise(tables, sum(t.num_rows for t in tables), lambda column: column.combine_chunks())
+
+
+def _columnwise(
+    tables: list[pa.Table], rows: int, make: Callable[[pa.ChunkedArray], pa.Array | pa.ChunkedArray]
+) -> pa.Table:
+    """One table of ``rows`` rows whose columns are ``make`` of each column of ``tables``, a
+    column at a time, each column's chunks let go once it is made: the rows are never twice in
+    memory. A column null throughout is one shared array of its type, not made."""
     chunks = [[c for t in tables for c in t.column(i).chunks] for i in range(len(EVENT_SCHEMA))]
     tables.clear()
     nulls: dict[pa.DataType, pa.Array] = {}
-    columns: list[pa.Array] = []
+    columns: list[pa.Array | pa.ChunkedArray] = []
     for field, parts in zip(EVENT_SCHEMA, chunks, strict=True):
         if all(p.null_count == len(p) for p in parts):
             columns.append(nulls.setdefault(field.type, pa.nulls(rows, field.type)))
         else:
-            columns.append(pa.chunked_array(parts, field.type).combine_chunks())
+            columns.append(make(pa.chunked_array(parts, field.type)))
         parts.clear()
     return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
 
@@ -255,9 +264,8 @@ def _write(tables: list[pa.Table], path: Path) -> None:
 
 
 def _sorted(tables: list[pa.Table]) -> pa.Table:
-    """``tables`` as one table sorted by ``SORT_KEY``, taken a column at a time with each
-    column's chunks let go once taken: the rows are never twice in memory (joined first, then
-    taken, they were, for ~130 MB more of each spill's peak)."""
+    """``tables`` as one table sorted by ``SORT_KEY``, taken a column at a time (``_columnwise``:
+    joined first, then taken, the rows were in memory twice, ~130 MB more of each spill's peak)."""
     keys = pa.Table.from_arrays(
         [
             pa.chunked_array([c for t in tables for c in t.column(k).chunks], EVENT_SCHEMA.field(k).type)
@@ -267,17 +275,7 @@ def _sorted(tables: list[pa.Table]) -> pa.Table:
     )
     order = sort_order(keys)
     del keys
-    chunks = [[c for t in tables for c in t.column(i).chunks] for i in range(len(EVENT_SCHEMA))]
-    tables.clear()
-    nulls: dict[pa.DataType, pa.Array] = {}
-    columns: list[pa.Array | pa.ChunkedArray] = []
-    for field, parts in zip(EVENT_SCHEMA, chunks, strict=True):
-        if all(p.null_count == len(p) for p in parts):
-            columns.append(nulls.setdefault(field.type, pa.nulls(len(order), field.type)))
-        else:
-            columns.append(pa.chunked_array(parts, field.type).take(order))
-        parts.clear()
-    return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
+    return _columnwise(tables, len(order), lambda column: column.take(order))
 
 
 def _write_run(table: pa.Table, path: Path) -> None:

@@ -3,12 +3,13 @@
 A tile must answer in milliseconds whatever the zoom, and the Parquet store is sorted by
 ``(rank, pid, tid, kind, ts_ns)``, which mixes the kinds of one thread and knows nothing of nesting.
 So once per profile (at import, at the end of a capture, or at first view) the events are read once
-and arranged in the columns below. A profile of ``STORE_MIN_EVENTS`` or more keeps them beside it
-in ``<profile>/derived/timeline-<digest>/`` as compressed blocks (``_blocks``: ``<column>.blk`` and
-``meta.json.zst``, about 0.1-2 bytes an event against 32 as plain arrays) that a later process
-decodes a block at a time, only where its tiles look; a smaller one is built at its first view and
-held in memory (about a second; stored, even compressed, it weighs about as much as its events). The
-``.npy`` columns of earlier versions still read (memory-mapped):
+and arranged in the columns below. A profile of ``store.derived.TIMELINE_STORE_MIN_EVENTS`` or
+more keeps them beside it in ``<profile>/derived/timeline-<digest>/`` as compressed blocks
+(``_blocks``: ``<column>.blk`` and ``meta.json.zst``, about 0.1-2 bytes an event against 32 as
+plain arrays) that a later process decodes a block at a time, only where its tiles look; a
+smaller one is built at its first view and held in memory (about a second; stored, even
+compressed, it weighs about as much as its events). The ``.npy`` columns of earlier versions
+still read (memory-mapped):
 
 - rows: one per host thread (``host/<rank>/<pid>/<tid>``) and per GPU stream
   (``stream/<rank>/<device>/<stream>``); within a row events are sorted by ``(depth, ts_ns)``, where
@@ -60,9 +61,7 @@ import numpy.typing as npt
 from hyperscope._proc import process_alive
 from hyperscope.schema.events import EventKind
 from hyperscope.schema.layout import EVENTS_DIR
-from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, write_packed
-from hyperscope.store.derived import TIMELINE_STORE_MIN_EVENTS as STORE_MIN_EVENTS  # noqa: F401 - its old home
-from hyperscope.store.derived import timeline_store_min as store_min_events
+from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, timeline_store_min, write_packed
 from hyperscope.store.profile import Profile
 from hyperscope.timeline import _blocks
 from hyperscope.timeline import overview as _overview
@@ -272,15 +271,16 @@ def _ready(where: Path) -> bool:
 
 
 def worth_storing(profile: Profile) -> bool:
-    """Whether the profile is large enough for its index to be kept on disk (``STORE_MIN_EVENTS``:
-    a smaller one is built in memory at its first view, in about a second)."""
+    """Whether the profile is large enough for its index to be kept on disk
+    (``TIMELINE_STORE_MIN_EVENTS``: a smaller one is built in memory at its first view, in about
+    a second)."""
     import pyarrow.parquet as pq
 
     try:
         events = int(sum(pq.ParquetFile(p).metadata.num_rows for p in _parts(profile)))
     except (OSError, ValueError):
         return True
-    return events >= store_min_events()
+    return events >= timeline_store_min()
 
 
 def store(profile: Profile) -> bool:
