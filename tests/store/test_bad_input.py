@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hyperscope import HyperscopeError, Store, StoreError, TraceFormatError, UsageError
+from hyperscope.store import _staged
 from hyperscope.store.importer import Importer
 from hyperscope.store.synth import SynthSpec, write_rank
 
@@ -694,12 +695,30 @@ def _duckdb_disk_full(self: Importer, *_: object) -> int:
     )
 
 
-@pytest.mark.parametrize("where", ["first-write-in-staging", "metadata", "parquet-writer", "duckdb"])
+def _events_file_full(self: pq.ParquetWriter, *_: object, **__: object) -> None:
+    """The disk fills at the events file, after every part was written."""
+    if "events" in Path(str(self.where)).parts:
+        _enospc()
+    return _WRITE_TABLE(self, *_, **__)  # type: ignore[arg-type]
+
+
+_WRITE_TABLE = pq.ParquetWriter.write_table
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["first-write-in-staging", "metadata", "parquet-writer", "duckdb", "spilled-parts", "merged-events"],
+)
 def test_disk_full(where: str, base: Baseline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "in" / "rank0.json"
     path.parent.mkdir()
     write_rank(path, SynthSpec(ranks=1, steps=2, ops_per_step=10), 0)
-    if where == "first-write-in-staging":
+    if where in ("spilled-parts", "merged-events"):  # rows written out as sorted parts, then merged
+        monkeypatch.setattr(_staged, "SPILL_BYTES", 1)
+        monkeypatch.setattr(_staged, "RANK_SORT_BYTES", 0)
+        fail = _enospc if where == "spilled-parts" else _events_file_full
+        monkeypatch.setattr(pq.ParquetWriter, "write_table", fail)
+    elif where == "first-write-in-staging":
         monkeypatch.setattr(Path, "open", _fail_writes(_in_staging))
     elif where == "metadata":
         monkeypatch.setattr(Path, "open", _fail_writes(lambda p: _in_staging(p) and p.name == "meta.json"))
