@@ -61,7 +61,7 @@ def wait_info(pg: Any) -> None:
     except Exception as exc:
         state = pg.evaluate("document.querySelector('#info')?.dataset.state ?? 'absent'")
         text = pg.inner_text("#info")
-        raise AssertionError(f"Profile info still {state} after {TIMEOUT_MS} ms: {text}") from exc
+        raise AssertionError(f"Profile info still {state} after {TIMEOUT_MS} ms at {pg.url}: {text}") from exc
     state = pg.evaluate("document.querySelector('#info').dataset.state")
     assert state == "ready", f"Profile info {state}: {pg.inner_text('#info')}"
 

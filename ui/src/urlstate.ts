@@ -54,7 +54,9 @@ export function setView(profile: string, patch: Record<string, string | string[]
     params.delete(key);
     for (const v of value === null ? [] : Array.isArray(value) ? value : [value]) params.append(key, v);
   }
-  writeHash(route, profile);
+  // A page's late write (the timeline's is debounced) must not undo a tab click whose hashchange
+  // has not been handled yet: the router writes the address, with these parameters, when it is.
+  if ((parseHash(location.hash).route || "jobs") === route) writeHash(route, profile);
 }
 
 /** The canonical address of what is shown: the page, the loaded profile and its view. */
