@@ -17,6 +17,7 @@ from hyperscope.analysis.dashboard import to_json
 from hyperscope.store.synth import SynthSpec, write_job
 from tests.conftest import REPO, shared_trace_set
 from tests.ui.harness import ARTIFACTS, launch_chromium, missing, ui_server
+from tests.ui.pages import NAVIGATION_LOG_JS
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +37,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     """A fresh page (own storage) whose uncaught script errors fail the test."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(NAVIGATION_LOG_JS)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))

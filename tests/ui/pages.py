@@ -12,6 +12,40 @@ from tests.ui.harness import OPTION_JS
 TIMEOUT_MS = 60_000
 
 
+# Recorded from the page's first script on: the address changes, tab clicks and route changes a
+# failed wait reports (a tab click once left CI's page on the timeline, not reproduced here).
+NAVIGATION_LOG_JS = """
+(() => {
+  const log = [];
+  window.__navlog = log;
+  const push = (line) => {
+    log.push(`${Math.round(performance.now())} ${line}`);
+    if (log.length > 200) log.shift();
+  };
+  const replace = history.replaceState.bind(history);
+  history.replaceState = (s, t, url) => { push(`replaceState ${url}`); return replace(s, t, url); };
+  window.addEventListener(
+    "hashchange", (e) => push(`hashchange to #${e.newURL.split("#")[1]}, now ${location.hash}`), true
+  );
+  document.addEventListener("click", (e) => {
+    const a = e.target instanceof Element ? e.target.closest("a, button") : null;
+    push(`click ${a ? a.outerHTML.slice(0, 90) : String(e.target)}`);
+    const route = () => document.body.dataset.route;
+    setTimeout(() => push(`after: prevented=${e.defaultPrevented} hash=${location.hash} route=${route()}`));
+  }, true);
+})();
+"""
+
+
+def navigation_log(pg: Any) -> str:
+    """The last address changes, clicks and routes of the page (see NAVIGATION_LOG_JS)."""
+    try:
+        lines = pg.evaluate("(window.__navlog || []).slice(-40)")
+    except Exception as exc:  # the page itself may be what failed
+        return f"(no navigation log: {exc})"
+    return "\n  ".join(["navigation log:", *map(str, lines)])
+
+
 def open_jobs(pg: Any, url: str) -> None:
     pg.goto(f"{url}/#/jobs")
     pg.wait_for_selector("#jobs-page[data-state=ready]", timeout=TIMEOUT_MS)
@@ -61,7 +95,9 @@ def wait_info(pg: Any) -> None:
     except Exception as exc:
         state = pg.evaluate("document.querySelector('#info')?.dataset.state ?? 'absent'")
         text = pg.inner_text("#info")
-        raise AssertionError(f"Profile info still {state} after {TIMEOUT_MS} ms at {pg.url}: {text}") from exc
+        raise AssertionError(
+            f"Profile info still {state} after {TIMEOUT_MS} ms at {pg.url}: {text}\n{navigation_log(pg)}"
+        ) from exc
     state = pg.evaluate("document.querySelector('#info').dataset.state")
     assert state == "ready", f"Profile info {state}: {pg.inner_text('#info')}"
 
