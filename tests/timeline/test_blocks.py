@@ -241,6 +241,39 @@ def test_a_small_profile_keeps_no_index_on_disk(
     assert tl.encode(tl.tile(index, rows, lo, hi, 700)) == tl.encode(tl.tile(stored, rows, lo, hi, 700))
 
 
+def test_a_full_disk_while_a_column_is_packed_keeps_no_index(
+    tmp_path: Path, generated: Profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The columns are compressed on threads of their own: a write that fails on one of them fails
+    the store (no index, no staging folder left), and the next store builds the whole index."""
+    import errno
+
+    copy = tmp_path / "p"
+    shutil.copytree(generated.path, copy, ignore=shutil.ignore_patterns("derived"))
+    profile = Profile.open(copy)
+    monkeypatch.setenv("HYPERSCOPE_TIMELINE_STORE_MIN", "1")
+    real = _blocks.write_column
+    failed: list[str] = []
+
+    def full_at_cum(path: Path, values: np.ndarray, name: str) -> dict[str, object]:
+        if name == "cum":
+            failed.append(name)
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, values, name)
+
+    monkeypatch.setattr(_blocks, "write_column", full_at_cum)
+    assert not tl.index.store(profile)
+    assert failed == ["cum"]
+    assert [p.name for p in (copy / "derived").iterdir()] == []
+    monkeypatch.setattr(_blocks, "write_column", real)
+    assert tl.index.store(profile)
+    stored, want = tl.index._read(tl.index.index_dir(profile)), tl.load(generated)
+    assert stored is not None
+    rows = [r.id for r in want.rows]
+    lo, hi = tl.index.span(want)
+    assert tl.encode(tl.tile(stored, rows, lo, hi, 900)) == tl.encode(tl.tile(want, rows, lo, hi, 900))
+
+
 def test_the_earlier_npy_layout_still_reads(tmp_path: Path, generated: Profile) -> None:
     """An index an earlier version stored (``.npy`` columns and ``meta.json``) is memory-mapped and
     answers as the blocks do."""
