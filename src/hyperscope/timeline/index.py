@@ -328,11 +328,6 @@ def _build_into(
 PACK_THREADS: Final = 2
 
 
-def _pack_column(where: Path, name: str) -> dict[str, Any]:
-    values = np.load(where / f"{name}.npy", mmap_mode="r")
-    return _blocks.write_column(where / f"{name}.blk", values, name)
-
-
 def pack(where: Path) -> None:
     """Turn the ``.npy`` columns and ``meta.json`` a build wrote into ``where`` into compressed
     blocks (``<column>.blk``, see ``_blocks``) and ``meta.json.zst`` with their directory. The
@@ -342,16 +337,21 @@ def pack(where: Path) -> None:
 
     # The columns are compressed on threads of their own (zstd and numpy's copies let the GIL go:
     # the 1 GB trace's pack, 1.17 s on one thread) while this one finds the steps and the overview.
+    # Every .npy is opened here first: np.load parses its header with ast.literal_eval, and
+    # CPython 3.11 builds ASTs in two threads at once into "SystemError: AST constructor
+    # recursion depth mismatch" (seen here in the suite); the pack threads compile nothing.
+    mapped = {c: np.load(where / f"{c}.npy", mmap_mode="r") for c in COLUMNS}
     with ThreadPoolExecutor(PACK_THREADS, thread_name_prefix="hyperscope-pack") as pool:
-        pending = {c: pool.submit(_pack_column, where, c) for c in COLUMNS}
+        pending = {c: pool.submit(_blocks.write_column, where / f"{c}.blk", mapped[c], c) for c in COLUMNS}
         rows = tuple(_row_info(r) for r in meta["rows"])
-        cols = {c: np.load(where / f"{c}.npy", mmap_mode="r") for c in ("kind", "name", "ts", "cum")}
+        cols = {c: mapped[c] for c in ("kind", "name", "ts", "cum")}
         meta["steps"] = step_windows(
             rows, cols["kind"], cols["name"], cols["ts"], cols["cum"], tuple(meta["names"])
         )
         meta["overview"] = _overview.write(where, cols["ts"], cols["cum"], rows)
         del cols
         meta["columns"] = {c: done.result() for c, done in pending.items()}
+    del mapped
     for c in COLUMNS:
         (where / f"{c}.npy").unlink()
     write_packed(where / META, json.dumps(meta, separators=(",", ":")).encode())
