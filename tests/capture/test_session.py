@@ -105,7 +105,9 @@ def test_steps_window_annotations_and_completion(tmp_path: Path) -> None:
 
     @hs.annotate("decorated")
     def helper() -> None:
-        time.sleep(0.001)
+        # the window (3 steps) spans >= 0.3 s: several sampler rounds, every core's clock ticked
+        # between them (a window of a few ms can end before a CPU % is known; seen in the suite)
+        time.sleep(0.1)
 
     assert hs.start_profiling(config)
     for _ in range(8):
