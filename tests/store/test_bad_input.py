@@ -24,6 +24,8 @@ from typing import Any
 
 import duckdb
 import orjson
+import pyarrow as pa
+import pyarrow.ipc
 import pyarrow.parquet as pq
 import pytest
 
@@ -716,8 +718,10 @@ def test_disk_full(where: str, base: Baseline, tmp_path: Path, monkeypatch: pyte
     if where in ("spilled-parts", "merged-events"):  # rows written out as sorted parts, then merged
         monkeypatch.setattr(_staged, "SPILL_BYTES", 1)
         monkeypatch.setattr(_staged, "RANK_SORT_BYTES", 0)
-        fail = _enospc if where == "spilled-parts" else _events_file_full
-        monkeypatch.setattr(pq.ParquetWriter, "write_table", fail)
+        if where == "spilled-parts":  # parts are Arrow IPC files (store/_parts.py)
+            monkeypatch.setattr(pa.ipc.RecordBatchFileWriter, "write_table", _enospc)
+        else:
+            monkeypatch.setattr(pq.ParquetWriter, "write_table", _events_file_full)
     elif where == "first-write-in-staging":
         monkeypatch.setattr(Path, "open", _fail_writes(_in_staging))
     elif where == "metadata":

@@ -1,5 +1,5 @@
 """Sorted runs merged by batches (``store._merge``): the rows of every run, each once, in the order
-one Arrow sort of all of them gives, whatever the runs' sizes, row groups, ties and nulls, parts on
+one Arrow sort of all of them gives, whatever the runs' sizes, batches, ties and nulls, parts on
 disk and tables in memory alike."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import random
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY
+from hyperscope.store import _parts
 from hyperscope.store._merge import merged, sort_order
 
 
@@ -39,7 +39,9 @@ def _keyed(table: pa.Table) -> list[tuple[object, ...]]:
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_merged_runs_are_the_rows_of_one_sort(tmp_path: Path, seed: int) -> None:
+def test_merged_runs_are_the_rows_of_one_sort(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = random.Random(seed)
     runs: list[Path | pa.Table] = []
     tables, start = [], 0
@@ -50,8 +52,10 @@ def test_merged_runs_are_the_rows_of_one_sort(tmp_path: Path, seed: int) -> None
         if rng.random() < 0.3:  # rows held in memory: one run of a single row group
             runs.append(table.take(sort_order(table)))
             continue
-        path = tmp_path / f"run-{number}.parquet"
-        pq.write_table(table.take(sort_order(table)), path, row_group_size=rng.randrange(1, 40))
+        path = tmp_path / f"run-{number}{_parts.SUFFIX}"
+        monkeypatch.setattr(_parts, "RUN_GROUP_ROWS", rng.randrange(1, 40))
+        assert _parts.write_part([table.take(sort_order(table))], path, run=True) == table.num_rows
+        assert _parts.is_run(path) and _parts.part_rows(path) == table.num_rows
         runs.append(path)
     whole = pa.concat_tables(tables)
     want = whole.take(sort_order(whole))
@@ -66,7 +70,7 @@ def test_merged_runs_are_the_rows_of_one_sort(tmp_path: Path, seed: int) -> None
 
 
 def test_no_runs_merge_to_nothing(tmp_path: Path) -> None:
-    empty = tmp_path / "empty.parquet"
-    pq.write_table(EVENT_SCHEMA.empty_table(), empty)
+    empty = tmp_path / f"empty{_parts.SUFFIX}"
+    _parts.write_part([EVENT_SCHEMA.empty_table()], empty, run=True)
     assert list(merged([], 10)) == []
     assert list(merged([empty], 10)) == []

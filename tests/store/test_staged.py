@@ -17,7 +17,7 @@ import pytest
 
 from hyperscope import Store
 from hyperscope.schema.events import SORT_KEY
-from hyperscope.store import _rankpool, _staged, profile
+from hyperscope.store import _parts, _rankpool, _staged, profile
 from hyperscope.store.synth import SynthSpec, write_job
 
 
@@ -64,7 +64,7 @@ def test_rows_written_out_as_parts_are_stored_as_rows_held_in_memory(
     if sort != "whole":  # merged in small row groups: many rounds, many batches
         monkeypatch.setattr(_staged, "RANK_SORT_BYTES", 0)
         monkeypatch.setattr(profile, "ROW_GROUP_ROWS", 50)
-        monkeypatch.setattr(_staged, "RUN_GROUP_ROWS", 7)
+        monkeypatch.setattr(_parts, "RUN_GROUP_ROWS", 7)
     spilled, spilled_figures = _import(tmp_path, job, "spilled")
     assert spilled_figures == held_figures
     assert held_figures["events"] > 0
@@ -97,7 +97,7 @@ def test_parts_written_before_a_rank_was_large_are_sorted_at_the_end(
     staged.add(thirds[1])
     staged.add(thirds[2])
     monkeypatch.setattr(profile, "ROW_GROUP_ROWS", 64)
-    monkeypatch.setattr(_staged, "RUN_GROUP_ROWS", 16)
+    monkeypatch.setattr(_parts, "RUN_GROUP_ROWS", 16)
     written = profile.write_events(staged, tmp_path / "out", {})
     got = pq.read_table(tmp_path / "out" / "events")
     assert written.rows == got.num_rows == table.num_rows

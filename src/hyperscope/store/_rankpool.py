@@ -6,7 +6,7 @@ file run on one core. With ``POOL_MIN_BYTES`` or more of JSON in all, the files 
 copies no DuckDB threads, only what is already imported). Each worker stages its files as one
 process does (``_staged``: Arrow in memory, a DuckDB of its own only for chunks the compiled
 reader gives back), one chunk at a time (so no more chunks are in flight than in one process),
-and hands its rows over as Parquet parts of one rank each in the import's staging directory:
+and hands its rows over as parts (``_parts``) of one rank each in the import's staging directory:
 the rows it held, and those it spilled past its share of ``_staged.SPILL_BYTES``. The parent
 only checks the headers first (fail fast), settles each rank (clock, count) from the figures
 the workers send, and sorts the parts into the profile, as the one-process import does.

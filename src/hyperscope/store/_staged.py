@@ -1,17 +1,17 @@
-"""An import's rows between reading and sorting: Arrow tables in memory, Parquet parts past a size.
+"""An import's rows between reading and sorting: Arrow tables in memory, parts on disk past a size.
 
 Inserting every chunk's rows into a DuckDB table and sorting them there with ``COPY ... ORDER
 BY`` cost more than reading them (df_index_resolver: ~0.5 s of sort and write, plus the inserts,
 of 1.6 s). Most imports fit in memory as Arrow tables many times over, so rows are held as they
 come, sorted by Arrow and written by pyarrow (``profile.write_sorted``). Past ``SPILL_BYTES`` of
-rows held, they are written out as Parquet parts of one rank each in the import's work
-directory, and sorted into the events file a rank at a time (``profile.write_events``): a rank
+rows held, they are written out as parts (Arrow IPC, ``_parts``) of one rank each in the import's
+work directory, and sorted into the events file a rank at a time (``profile.write_events``): a rank
 of at most ``RANK_SORT_BYTES`` whole by Arrow; a larger one by merging its parts, which are
 written sorted once the rank is known to be large (``_merge``). Memory stays bounded whatever the
 trace's size: a 1 GB single-rank trace (5.9M rows) peaks at 0.82 GB.
 
-Rows come in from the importer's workers (threads), from XPlane files, or as Parquet parts that
-worker processes wrote (``_rankpool``). Each table's figures (rows, first time, last end per rank)
+Rows come in from the importer's workers (threads), from XPlane files, or as parts that worker
+processes wrote (``_rankpool``). Each table's figures (rows, first time, last end per rank)
 are taken as it comes, so settling a rank never scans the rows again.
 """
 
@@ -24,11 +24,11 @@ from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY
 from hyperscope.store._arrow_rows import Figures, figures, merge_figures, release_freed
-from hyperscope.store._merge import RUN_GROUP_ROWS, sort_order
+from hyperscope.store._merge import sort_order
+from hyperscope.store._parts import SUFFIX, is_run, part_rows, read_part, write_part
 
 #: Arrow bytes of rows held in memory before they are written out as parts: a 54 MB trace's 216k rows
 #: weigh 83 MB (most of it 30-odd typed arg columns, null for most events). Sorting and writing
@@ -37,21 +37,16 @@ from hyperscope.store._merge import RUN_GROUP_ROWS, sort_order
 SPILL_BYTES: Final = 128 << 20
 #: Arrow bytes of a stored row, about (df_index_resolver: 385; the generated traces: ~370).
 ROW_BYTES: Final = 400
-#: Rows of a worker's part are written once and read once: a cheap codec, not a small file.
-PART_CODEC: Final = "lz4_raw"
 #: Arrow bytes of one rank's rows that ``profile.write_events`` sorts whole (a generated rank of
 #: 322k rows: 120 MB); a larger rank's parts are written sorted and merged (``_merge``).
 RANK_SORT_BYTES: Final = 256 << 20
-_RUN_ORDER: Final = tuple(
-    pq.SortingColumn(EVENT_SCHEMA.get_field_index(k), descending=False, nulls_first=False) for k in SORT_KEY
-)
 
 
 class StagedRows:
     """Rows of the event schema, unsorted; safe to add to from several threads."""
 
     def __init__(self, work_dir: Path, spill_bytes: int | None = None) -> None:
-        self.work_dir = work_dir  # where rows past ``spill_bytes`` go, as Parquet parts
+        self.work_dir = work_dir  # where rows past ``spill_bytes`` go, as parts
         self.spill_bytes = SPILL_BYTES if spill_bytes is None else spill_bytes
         self.figures: Figures = {}
         self._tables: list[tuple[int | None, pa.Table]] = []  # with its rank, None for several
@@ -97,17 +92,17 @@ class StagedRows:
                 release_freed()
 
     def add_parts(self, parts: list[tuple[int, Path]], found: Figures) -> None:
-        """Parquet files of one rank's rows each that a worker process wrote (``hand_over``), with
+        """Parts of one rank's rows each that a worker process wrote (``hand_over``), with
         their figures: read into memory while the rows held stay under ``SPILL_BYTES``, else kept
         as they are."""
         with self._lock:
             merge_figures(self.figures, found)
             for rank, path in parts:
-                self._part_rows[path] = pq.read_metadata(path).num_rows
+                self._part_rows[path] = part_rows(path)
                 size = self._part_bytes(path)
                 if not self._parts and self._held + size <= self.spill_bytes:
-                    table = pq.read_table(path)
-                    self._tables.append((rank, table.cast(EVENT_SCHEMA)))
+                    table = read_part(path)
+                    self._tables.append((rank, table))
                     self._held += table.nbytes
                 else:
                     self._parts.append((rank, path))
@@ -136,18 +131,18 @@ class StagedRows:
             return held + sum(self._part_bytes(p) for r, p in self._parts if r == rank)
 
     def _part_bytes(self, path: Path) -> int:
-        """About the Arrow bytes a part's rows take once read: by its rows, since Parquet's own
-        sizes count a null as a bit (most typed arg columns are mostly null; in Arrow, 8 bytes).
-        The rows are known from its writing: reading the footers of a 300 MB trace's parts, each
-        time a rank's size was asked, took 0.9 s."""
+        """About the Arrow bytes a part's rows take once read: by its rows, since its compressed
+        size says little (most typed arg columns are mostly null, 8 bytes a row in Arrow). The rows
+        are known from its writing: reading the footers of a 300 MB trace's parts, each time a
+        rank's size was asked, took 0.9 s."""
         rows = self._part_rows.get(path)
-        return (pq.read_metadata(path).num_rows if rows is None else rows) * ROW_BYTES
+        return (part_rows(path) if rows is None else rows) * ROW_BYTES
 
     def rank_rows(self, rank: int) -> pa.Table:
         """One rank's rows as one contiguous table (once all are added, after ``in_memory`` said
         None, where ``rank_bytes`` says they fit)."""
         mine, paths = self._take_rank(rank)
-        return _contiguous([*mine, *(pq.read_table(p).cast(EVENT_SCHEMA) for p in paths)])
+        return _contiguous([*mine, *(read_part(p) for p in paths)])
 
     def large(self, rank: int) -> bool:
         """Whether a rank's rows are too many to sort whole (``rank_runs``, not ``rank_rows``)."""
@@ -160,9 +155,9 @@ class StagedRows:
         mine, parts = self._take_rank(rank)
         runs: list[Path | pa.Table] = [_sorted(mine)] if mine else []
         for path in parts:
-            if not _is_run(path):
+            if not is_run(path):
                 run = path.with_name(f"run-{path.name}")
-                _write_run(_sorted([pq.read_table(path).cast(EVENT_SCHEMA)]), run)
+                _write_run(_sorted([read_part(path)]), run)
                 with self._lock:  # the part is the run now, for whoever lists the parts after
                     self._parts = [(r, run if p == path else p) for r, p in self._parts]
                     self._part_rows[run] = self._part_rows.pop(path, 0)
@@ -181,7 +176,7 @@ class StagedRows:
             return mine, [p for r, p in self._parts if r == rank]
 
     def hand_over(self) -> list[tuple[int, Path]]:
-        """Every row as Parquet files of one rank each (sorted where the rank is large) for
+        """Every row as parts of one rank each (sorted where the rank is large) for
         another process to read (a worker's result): what is held in memory written out, and the
         parts written already as they are (not read and written again: 2.6M generated rows, ~4 s
         of each worker's time)."""
@@ -198,7 +193,7 @@ class StagedRows:
         return tables, self._spills
 
     def _write_spill(self, tables: list[tuple[int | None, pa.Table]], number: int) -> None:
-        """Rows moved out of memory: a Parquet part per rank, written by pyarrow, sorted now where
+        """Rows moved out of memory: a part per rank, sorted now where
         the rank is already too large to sort whole at the end. (Inserting them into a DuckDB
         table that spilled to disk itself took 3.7 s of a 300 MB trace's 10.5 s import.)"""
         by_rank: dict[int, list[pa.Table]] = {}
@@ -211,7 +206,7 @@ class StagedRows:
         tables.clear()
         written = []
         for rank, mine in by_rank.items():
-            path = self.work_dir / f"spill-{number:05d}-rank{rank}.parquet"
+            path = self.work_dir / f"spill-{number:05d}-rank{rank}{SUFFIX}"
             rows = sum(t.num_rows for t in mine)
             if self.figures[rank][0] * ROW_BYTES > RANK_SORT_BYTES:  # sure to be merged: a run
                 _write_run(_sorted(mine), path)
@@ -247,20 +242,9 @@ def _columnwise(
     return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
 
 
-def _is_run(path: Path) -> bool:
-    """Whether a part was written sorted (``_write_run``), by its footer: parts cross processes."""
-    meta = pq.read_metadata(path)
-    return meta.num_row_groups == 0 or bool(meta.row_group(0).sorting_columns == _RUN_ORDER)
-
-
 def _write(tables: list[pa.Table], path: Path) -> None:
-    """Rows as they came; no statistics (nothing prunes a part: it is read whole or by groups)."""
-    writer = pq.ParquetWriter(path, EVENT_SCHEMA, compression=PART_CODEC, write_statistics=False)
-    try:
-        while tables:
-            writer.write_table(tables.pop())
-    finally:
-        writer.close()
+    """Rows as they came."""
+    write_part(tables, path, run=False)
 
 
 def _sorted(tables: list[pa.Table]) -> pa.Table:
@@ -279,13 +263,7 @@ def _sorted(tables: list[pa.Table]) -> pa.Table:
 
 
 def _write_run(table: pa.Table, path: Path) -> None:
-    """Sorted rows as a part of small row groups, marked sorted in its footer: a run for
-    ``_merge.merged``. (Sorting a part as it is written, in a worker, overlaps the reading of
-    the next; merging the runs then takes no sort of the whole rank.)"""
-    writer = pq.ParquetWriter(
-        path, EVENT_SCHEMA, compression=PART_CODEC, sorting_columns=_RUN_ORDER, write_statistics=False
-    )
-    try:
-        writer.write_table(table, row_group_size=RUN_GROUP_ROWS)
-    finally:
-        writer.close()
+    """Sorted rows as a part of small batches: a run for ``_merge.merged``. (Sorting a part as it
+    is written, in a worker, overlaps the reading of the next; merging the runs then takes no
+    sort of the whole rank.)"""
+    write_part([table], path, run=True)

@@ -3,7 +3,7 @@
 Each file is streamed in chunks (``_tracefile``); each chunk becomes typed rows through the
 compiled reader (``_creader``, typed by ``_arrow_rows``) where it can answer for the chunk, else
 (or a batch of small files' chunks, read in one statement) through DuckDB (``_sql``), and is
-held (``_staged``: Arrow tables, written out as Parquet parts past a size). Chunks that DuckDB's
+held (``_staged``: Arrow tables, written out as parts past a size, ``_parts``). Chunks that DuckDB's
 lenient reader cannot be trusted with go through the exact parser (``_validate``), which also
 names what is wrong. Once every file has been read, ``profile.write_events`` sorts the rows into
 the profile's events file (a large rank by merging sorted parts, ``_merge``). Memory stays
