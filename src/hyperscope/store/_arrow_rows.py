@@ -40,39 +40,56 @@ _FLOW_PHASES: Final = ("s", "t", "f")
 
 
 def kinds(ph: _Column, cat: _Column, name: _Column) -> pa.ChunkedArray:
-    """``_sql.kind_case``, its rules in its order (the first that holds wins)."""
-    cats, values = _category_table()
+    """``_sql.kind_case``, its rules in its order (the first that holds wins).
 
-    def when(cond: _Column, value: str, otherwise: _Column) -> _Column:
-        out: _Column = pc.if_else(pc.fill_null(cond, False), value, otherwise)
+    The rules pick among small integer codes, and the kinds' names are taken once at the end:
+    choosing among strings rule by rule built a new string column per rule (12.3 ms of a 20 MB
+    chunk's 25.5 ms of typing)."""
+    names, code, cats, values = _kind_codes()
+
+    def when(cond: _Column, kind: EventKind, otherwise: _Column) -> _Column:
+        out: _Column = pc.if_else(pc.fill_null(cond, False), code[kind], otherwise)
         return out
 
-    kind = pc.if_else(pc.is_in(ph, pa.array(["i", "I"])), str(EventKind.INSTANT), str(EventKind.OTHER))
+    kind = pc.if_else(pc.is_in(ph, pa.array(["i", "I"])), code[EventKind.INSTANT], code[EventKind.OTHER])
     kind = pc.coalesce(pc.take(values, pc.index_in(cat, value_set=cats)), kind)
     gpu = pa.array(list(categories_of(EventKind.GPU_ANNOTATION)))
     step = pc.and_(
         pc.starts_with(name, "ProfilerStep#"), pc.invert(pc.is_in(pc.fill_null(cat, ""), value_set=gpu))
     )
-    kind = when(step, str(EventKind.STEP), kind)
-    kind = when(pc.equal(name, "[memory]"), str(EventKind.MEMORY), kind)
-    kind = when(pc.equal(ph, "C"), str(EventKind.COUNTER), kind)
-    kind = when(pc.is_in(ph, pa.array(_FLOW_PHASES)), str(EventKind.FLOW), kind)
-    return _chunked(when(pc.equal(ph, "M"), str(EventKind.METADATA), kind))
+    kind = when(step, EventKind.STEP, kind)
+    kind = when(pc.equal(name, "[memory]"), EventKind.MEMORY, kind)
+    kind = when(pc.equal(ph, "C"), EventKind.COUNTER, kind)
+    kind = when(pc.is_in(ph, pa.array(_FLOW_PHASES)), EventKind.FLOW, kind)
+    kind = when(pc.equal(ph, "M"), EventKind.METADATA, kind)
+    return _chunked(pc.take(names, kind))
 
 
 @cache
-def _category_table() -> tuple[pa.Array, pa.Array]:
-    return pa.array(list(CATEGORY_KINDS)), pa.array([str(k) for k in CATEGORY_KINDS.values()])
+def _kind_codes() -> tuple[pa.Array, dict[EventKind, pa.Scalar], pa.Array, pa.Array]:
+    """Every kind's name, its code (an index into the names), and the categories with their
+    kinds' codes."""
+    kinds = list(EventKind)
+    code = {k: pa.scalar(i, pa.int8()) for i, k in enumerate(kinds)}
+    values = pa.array([code[k].as_py() for k in CATEGORY_KINDS.values()], pa.int8())
+    return pa.array([str(k) for k in kinds]), code, pa.array(list(CATEGORY_KINDS)), values
 
 
 def memcpy_kinds(cat: _Column, name: _Column) -> pa.ChunkedArray:
-    """``memcpy_kind``: the first of ``MEMCPY_KINDS`` in a copy's name (RE2, as the SQL's)."""
+    """``memcpy_kind``: the first of ``MEMCPY_KINDS`` in a copy's name (RE2, as the SQL's), looked
+    for in the copies' names alone (over every name: 11.1 ms of a 20 MB chunk's 25.5 ms)."""
     copies = pc.fill_null(pc.is_in(cat, pa.array(list(categories_of(EventKind.MEMCPY)))), False)
     none = pa.nulls(len(name), pa.string())
     if not pc.any(copies).as_py():
         return pa.chunked_array([none])
-    found = pc.struct_field(pc.extract_regex(name, f"(?P<k>{'|'.join(MEMCPY_KINDS)})"), [0])
-    return _chunked(pc.if_else(copies, found, none))
+    copies = _whole(copies)
+    named = pc.filter(_whole(name), copies)
+    found = pc.struct_field(pc.extract_regex(named, f"(?P<k>{'|'.join(MEMCPY_KINDS)})"), [0])
+    return _chunked(pc.replace_with_mask(none, copies, found))
+
+
+def _whole(column: _Column) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def from_reader_columns(columns: pa.Table, *, rank: int, node: str) -> pa.Table:
