@@ -113,6 +113,21 @@ def test_rows_are_those_of_duckdbs_transform(tmp_path: Path) -> None:
     _same(tmp_path, text, count)
 
 
+def test_strings_with_an_escape_or_utf8_at_every_offset(tmp_path: Path) -> None:
+    """Runs of plain bytes are found eight at a time (``_json_plain.h``): whatever ends one, at
+    whatever offset, the values are DuckDB's."""
+    events = []
+    for special in ['\\"', "\\\\", "\\/", "\\n", "\\u00e9", "é", "😀", "\x7f"]:
+        for length in range(20):
+            for at in range(0, length + 1, 3):
+                inner = "a" * at + special + "b" * (length - at)
+                events.append(
+                    f'{{"ph":"X","cat":"cpu_op","name":"{inner}","pid":1,"tid":1,"ts":1,"dur":1,'
+                    f'"args":{{"k{inner}":"{inner}"}}}}'
+                )
+    _same(tmp_path, *_chunk(*events))
+
+
 @pytest.mark.parametrize("sep", [",", ",\n  ", " , ", "\n,\n", ",\t\r\n"])
 def test_any_separator_and_whitespace_inside_events(tmp_path: Path, sep: str) -> None:
     spaced = [json.dumps(json.loads(e), indent=1) for e in EVENTS[:6]]

@@ -90,6 +90,23 @@ def test_what_it_is_not_sure_of_is_left_to_msgspec(text: bytes) -> None:
     assert _creader.count_values(text) is None
 
 
+#: What ends a run of plain string bytes, which the scanners find eight bytes at a time
+#: (``_json_plain.h``): each one placed at every offset of a string of every length up to 24.
+_SPECIAL = ['"', "\\\\", "\\n", "\\u00e9", "é", "😀", "\x7f", " ", "~"]
+
+
+@pytest.mark.parametrize("special", _SPECIAL)
+def test_strings_with_a_special_byte_at_every_offset(special: str) -> None:
+    for length in range(25):
+        for at in range(length + 1):
+            inner = "a" * at + special + "b" * (length - at)
+            text = ('{"s":"' + inner + '","t":1},{"u":"' + inner + '"}').encode()
+            counted = _agrees(text)
+            assert (counted is not None) == (special != '"'), text  # a bare quote ends the string
+    control = b'{"s":"' + b"a" * 11 + b"\x01" + b'"}'
+    assert _creader.count_values(control) is None  # a raw control character: msgspec decides
+
+
 def test_every_cut_of_a_generated_trace(tmp_path: Path) -> None:
     """Whatever prefix of real chunks it is given, it answers as msgspec or not at all."""
     job = tmp_path / "job"

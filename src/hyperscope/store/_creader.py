@@ -42,7 +42,7 @@ SOURCES: Final = (
     Path(__file__).parents[1] / "timeline" / "_lanes.c",
 )
 #: Included by ``SOURCE`` (JSON strings and numbers as the reader reads and writes them).
-HEADERS: Final = (Path(__file__).with_name("_json_text.h"),)
+HEADERS: Final = (Path(__file__).with_name("_json_text.h"), Path(__file__).with_name("_json_plain.h"))
 #: ``sql`` turns the compiled reader off (the DuckDB path reads every chunk); anything else, or
 #: unset, uses it where it can be built.
 ENV: Final = "HYPERSCOPE_IMPORT_READER"

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "_json_plain.h"
 
 enum { BAIL = -1, BAIL_SPACE = -2, BAIL_COUNT = -3 };
 
@@ -110,7 +111,7 @@ static int string(cursor *c, out *o, int escaped) {
     if (escaped) PUT(o, '"');
     for (;;) {
         const char *run = p;
-        while (p < end && (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x80 && *p != '"' && *p != '\\') p++;
+        p = hs_plain_run(p, end);
         if (p > run && put_bytes(o, run, p - run)) return BAIL_SPACE;
         if (p >= end) return BAIL;
         unsigned char ch = (unsigned char)*p;

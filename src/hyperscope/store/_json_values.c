@@ -10,6 +10,8 @@
  */
 #include <stdint.h>
 
+#include "_json_plain.h"
+
 #define UNSURE (-2)
 #define MAX_NEST 128
 
@@ -32,6 +34,8 @@ int hs_utf8_len(const unsigned char *p, const unsigned char *end);
 static int string(span *s) {
     s->p++;
     while (s->p < s->end) {
+        s->p = (const unsigned char *)hs_plain_run((const char *)s->p, (const char *)s->end);
+        if (s->p >= s->end) break;
         unsigned char c = *s->p;
         if (c == '"') {
             s->p++;
