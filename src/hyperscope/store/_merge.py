@@ -45,7 +45,7 @@ def _rows_upto(table: pa.Table, cut: Key) -> int:
     Its ends first: a large rank's runs are its spills, each a stretch of the trace's time, so at
     most cuts one run's batch lies wholly at or below the cut and the others' wholly above it.
     (Searching every run in full was ~1 s of Python's scalar reads on the 1 GB trace.)"""
-    low, high = 0, table.num_rows
+    low, high = 0, int(table.num_rows)
     if high == 0 or _key(table, 0) > cut:
         return 0
     if _key(table, high - 1) <= cut:
