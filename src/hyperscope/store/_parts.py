@@ -104,6 +104,8 @@ class PartBatches:
         self._source = pa.OSFile(str(path), "rb")
         self._reader = ipc.open_file(self._source)
         self.count = self._reader.num_record_batches
+        if self.count == 0:
+            self._source.close()
 
     def batch(self, index: int) -> pa.Table:
         table = pa.Table.from_batches([self._reader.get_batch(index)])
