@@ -8,7 +8,7 @@ rows held, they are written out as parts (Arrow IPC, ``_parts``) of one rank eac
 work directory, and sorted into the events file a rank at a time (``profile.write_events``): a rank
 of at most ``RANK_SORT_BYTES`` whole by Arrow; a larger one by merging its parts, which are
 written sorted once the rank is known to be large (``_merge``). Memory stays bounded whatever the
-trace's size: a 1 GB single-rank trace (5.9M rows) peaks at 0.82 GB.
+trace's size: a 1 GB single-rank trace (5.9M rows) peaks at 0.77-0.82 GB.
 
 Rows come in from the importer's workers (threads), from XPlane files, or as parts that worker
 processes wrote (``_rankpool``). Each table's figures (rows, first time, last end per rank)
