@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from hyperscope.schema.events import EVENT_SCHEMA, SORT_KEY
 from hyperscope.store._arrow_rows import Figures, figures, merge_figures, release_freed
-from hyperscope.store._merge import sort_order
+from hyperscope.store._merge import columnwise, sort_order
 from hyperscope.store._parts import SUFFIX, is_run, part_rows, read_part, write_part
 
 #: Arrow bytes of rows held in memory before they are written out as parts: a 54 MB trace's 216k rows
@@ -220,26 +220,7 @@ class StagedRows:
 
 def _contiguous(tables: list[pa.Table]) -> pa.Table:
     """``tables`` as one table of contiguous columns (``StagedRows.in_memory``)."""
-    return _columnwise(tables, sum(t.num_rows for t in tables), lambda column: column.combine_chunks())
-
-
-def _columnwise(
-    tables: list[pa.Table], rows: int, make: Callable[[pa.ChunkedArray], pa.Array | pa.ChunkedArray]
-) -> pa.Table:
-    """One table of ``rows`` rows whose columns are ``make`` of each column of ``tables``, a
-    column at a time, each column's chunks let go once it is made: the rows are never twice in
-    memory. A column null throughout is one shared array of its type, not made."""
-    chunks = [[c for t in tables for c in t.column(i).chunks] for i in range(len(EVENT_SCHEMA))]
-    tables.clear()
-    nulls: dict[pa.DataType, pa.Array] = {}
-    columns: list[pa.Array | pa.ChunkedArray] = []
-    for field, parts in zip(EVENT_SCHEMA, chunks, strict=True):
-        if all(p.null_count == len(p) for p in parts):
-            columns.append(nulls.setdefault(field.type, pa.nulls(rows, field.type)))
-        else:
-            columns.append(make(pa.chunked_array(parts, field.type)))
-        parts.clear()
-    return pa.Table.from_arrays(columns, schema=EVENT_SCHEMA)
+    return columnwise(tables, sum(t.num_rows for t in tables), lambda column: column.combine_chunks())
 
 
 def _write(tables: list[pa.Table], path: Path) -> None:
@@ -248,7 +229,7 @@ def _write(tables: list[pa.Table], path: Path) -> None:
 
 
 def _sorted(tables: list[pa.Table]) -> pa.Table:
-    """``tables`` as one table sorted by ``SORT_KEY``, taken a column at a time (``_columnwise``:
+    """``tables`` as one table sorted by ``SORT_KEY``, taken a column at a time (``_merge.columnwise``:
     joined first, then taken, the rows were in memory twice, ~130 MB more of each spill's peak)."""
     keys = pa.Table.from_arrays(
         [
@@ -259,7 +240,7 @@ def _sorted(tables: list[pa.Table]) -> pa.Table:
     )
     order = sort_order(keys)
     del keys
-    return _columnwise(tables, len(order), lambda column: column.take(order))
+    return columnwise(tables, len(order), lambda column: column.take(order))
 
 
 def _write_run(table: pa.Table, path: Path) -> None:
