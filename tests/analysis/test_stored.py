@@ -198,3 +198,33 @@ def test_a_failed_side_answer_leaves_the_others(
     assert "waits" in caplog.text and "no collectives today" in caplog.text
     assert stored.load_waits(profile) is None
     assert stored.load_memory_view(profile) is not None and stored.load_filters(profile) is not None
+
+
+def test_side_answers_run_beside_the_dashboard_and_outlive_its_failure(
+    home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a thread of their own, on a cursor of the dashboard's connection; a dashboard that fails
+    leaves them kept, and the connection is closed only once they are done."""
+    import threading
+
+    ran: list[tuple[str, bool]] = []
+    real = stored.precompute_side_answers
+
+    def watched(profile: object, con: object = None) -> list[str]:
+        ran.append((threading.current_thread().name, con is not None))
+        return real(profile, con)  # type: ignore[arg-type]
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no dashboard today")
+
+    monkeypatch.setattr(stored, "precompute_side_answers", watched)
+    monkeypatch.setattr(stored, "precompute_dashboard", broken)
+    with caplog.at_level(logging.WARNING, logger="hyperscope.analysis"):
+        assert stored.precompute_job(home, "h200-transformer") is None
+    assert "no dashboard today" in caplog.text
+    assert ran == [("hyperscope-precompute", True)]
+    with Store(home) as store:
+        profile = store.profile("h200-transformer")
+    assert stored.load_dashboard(profile) is None
+    assert stored.load_waits(profile) == orjson.loads(orjson.dumps(collective_waits(profile).to_dict()))
+    assert stored.load_memory_view(profile) is not None and stored.load_filters(profile) is not None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -201,21 +202,59 @@ def precompute_job(
             con = stack.enter_context(connection(profile))
         except Exception as exc:  # each analysis then opens its own, and says what fails
             log.debug("hyperscope: no shared connection over %s: %s", profile.path, exc)
+        began = time.perf_counter()
+        side = _SideAnswers(profile, con)
         try:
             precompute_dashboard(profile, con)
             took = time.perf_counter() - started
         except Exception as exc:  # the profile is stored either way; the UI computes on demand
             log.warning("hyperscope: the dashboard of %s was not precomputed: %s", job, exc)
+        finally:
+            kept = side.result()  # before the connection closes under the side answers' cursor
         if took is not None and report is not None:
             report("dashboard computed", took)
-        began = time.perf_counter()
-        kept = precompute_side_answers(profile, con)
     if kept and report is not None:
         report(f"{_listed(kept)} computed", time.perf_counter() - began)
     built = precompute_timeline(profile)
     if built is not None and report is not None:
         report("timeline index built", built)
     return took
+
+
+class _SideAnswers:
+    """The side answers computed on a thread of their own, on a cursor of the dashboard's
+    connection, while the dashboard runs: each is a few small queries whose planning and Python
+    leave the second core idle (df_index_resolver's precompute: 0.27 s instead of 0.35 s; the
+    8-rank DLRM set: 0.20 instead of 0.25). Without a second cursor, on the caller's thread after
+    the dashboard, as before."""
+
+    def __init__(self, profile: Profile, con: Connection | None) -> None:
+        self._profile, self._con = profile, con
+        self._kept: list[str] = []
+        self._thread: threading.Thread | None = None
+        try:
+            cursor = con.cursor() if con is not None else None  # the same views, a connection of its own
+        except Exception as exc:  # one after the other, then
+            log.debug("hyperscope: no second cursor over %s: %s", profile.path, exc)
+            cursor = None
+        if cursor is None:
+            return
+
+        def run() -> None:
+            try:
+                self._kept = precompute_side_answers(profile, cursor)
+            finally:
+                cursor.close()
+
+        self._thread = threading.Thread(target=run, name="hyperscope-precompute", daemon=True)
+        self._thread.start()
+
+    def result(self) -> list[str]:
+        """The names of the answers kept (``precompute_side_answers``), once all are done."""
+        if self._thread is None:
+            return precompute_side_answers(self._profile, self._con)
+        self._thread.join()
+        return self._kept
 
 
 def _listed(names: list[str]) -> str:
