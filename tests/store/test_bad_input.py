@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -30,7 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hyperscope import HyperscopeError, Store, StoreError, TraceFormatError, UsageError
-from hyperscope.store import _staged
+from hyperscope.store import _staged, _tracefile
 from hyperscope.store.importer import Importer
 from hyperscope.store.synth import SynthSpec, write_rank
 
@@ -428,13 +429,36 @@ def test_rank_conflict_after_the_first_chunk_does_not_hang(base: Baseline, tmp_p
 # -- gzip -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["header", "middle", "crc-trailer"])
-def test_truncated_gzip(where: str, base: Baseline, tmp_path: Path) -> None:
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """ISA-L, the import's gzip; and the standard library's, where isal will not import."""
+    if request.param == "zlib":
+        monkeypatch.setattr(_tracefile, "_gzip", gzip)
+        monkeypatch.setattr(_tracefile, "_GZIP_ERRORS", (EOFError, gzip.BadGzipFile, zlib.error))
+    else:
+        assert _tracefile._gzip.__name__ == "isal.igzip", "isal is a dependency: the import's gzip"
+    return str(request.param)
+
+
+@pytest.mark.parametrize("where", ["header", "middle", "crc-trailer", "crc-mismatch"])
+def test_truncated_gzip(where: str, inflater: str, base: Baseline, tmp_path: Path) -> None:
     data = gzip.compress(kineto(events(50)))
-    cut = {"header": 5, "middle": len(data) // 2, "crc-trailer": len(data) - 3}[where]
-    path = write(tmp_path, "bad.json.gz", data[:cut])
+    if where == "crc-mismatch":  # whole, but its CRC-32 (the trailer's first 4 bytes) is wrong
+        data = data[:-8] + bytes([data[-8] ^ 0xFF]) + data[-7:]
+    else:
+        data = data[: {"header": 5, "middle": len(data) // 2, "crc-trailer": len(data) - 3}[where]]
+    path = write(tmp_path, "bad.json.gz", data)
     exc = import_fails(base, [path])
     check_message(exc, path, words=("gzip", "truncated"))
+
+
+def test_gzip_imports_with_either_inflater(inflater: str, base: Baseline, tmp_path: Path) -> None:
+    """Two gzip members (``cat a.gz b.gz``) are one stream to both, as to ``zcat``."""
+    text = kineto(events(300))
+    cut = len(text) // 3
+    path = write(tmp_path, "ok.json.gz", gzip.compress(text[:cut]) + gzip.compress(text[cut:]))
+    report = base.store.import_traces([path], "gz-job")
+    assert report.profile.events == 300
 
 
 def test_gzip_with_a_bad_event(base: Baseline, tmp_path: Path) -> None:
