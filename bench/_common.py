@@ -40,18 +40,19 @@ RESULT_MARK = "@@bench-result "
 
 # The child side of a hyperscope import: argv[1] = store home, argv[2] = JSON list of paths. Timed:
 # what `hyperscope import` does, the import and then the dashboard and timeline index it keeps
-# beside the profile; stored bytes: every file of the profile's directory (events, samples,
-# metadata, dashboard, timeline index), the catalog aside.
+# beside the profile (the dashboard computed while the events are written, where they are held in
+# memory: "import s" then includes it); stored bytes: every file of the profile's directory
+# (events, samples, metadata, dashboard, timeline index), the catalog aside.
 HYPERSCOPE_CHILD = f"""
 import json, resource, sys, time
 from pathlib import Path
 from hyperscope import Store
-from hyperscope.analysis.stored import precompute_job
+from hyperscope.analysis.stored import precompute_beside, precompute_job
 paths = json.loads(sys.argv[2])
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 t0 = time.perf_counter()
 with Store(sys.argv[1]) as store:
-    report = store.import_traces(paths, "bench")
+    report = store.import_traces(paths, "bench", beside=precompute_beside)
 imported = time.perf_counter() - t0
 precompute_job(Path(sys.argv[1]), "bench", report.profile.id)
 wall = time.perf_counter() - t0

@@ -210,9 +210,9 @@ def test_side_answers_run_beside_the_dashboard_and_outlive_its_failure(
     ran: list[tuple[str, bool]] = []
     real = stored.precompute_side_answers
 
-    def watched(profile: object, con: object = None) -> list[str]:
+    def watched(profile: object, con: object = None, only: object = None) -> list[str]:
         ran.append((threading.current_thread().name, con is not None))
-        return real(profile, con)  # type: ignore[arg-type]
+        return real(profile, con, only)  # type: ignore[arg-type]
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("no dashboard today")
@@ -228,3 +228,75 @@ def test_side_answers_run_beside_the_dashboard_and_outlive_its_failure(
     assert stored.load_dashboard(profile) is None
     assert stored.load_waits(profile) == orjson.loads(orjson.dumps(collective_waits(profile).to_dict()))
     assert stored.load_memory_view(profile) is not None and stored.load_filters(profile) is not None
+
+
+def _kept_beside_equals_computed(paths: list[Path], home: Path) -> None:
+    """Imported with the answers computed over the rows in memory: each equals what the stored
+    profile gives, and ``precompute_job`` computes none of them again."""
+    with Store(home) as store:
+        store.import_traces(paths, "j", beside=stored.precompute_beside)
+        profile = store.profile("j")
+    kept = stored.load_dashboard(profile)
+    assert kept is not None, "the dashboard is published with the profile"
+    want = orjson.loads(
+        orjson.dumps(to_json(dashboard(profile, ALL, top_k=stored.TOP_K, buckets=stored.BUCKETS)))
+    )
+    assert [k for k in want if kept.get(k) != want[k]] == [] and set(kept) == set(want)
+    assert stored.load_waits(profile) == orjson.loads(orjson.dumps(collective_waits(profile, ALL).to_dict()))
+    assert stored.load_filters(profile) == orjson.loads(orjson.dumps(profile_filters(profile)))
+    view = {k: t.to_dict() for k, t in memory_view(profile, ALL).items()}
+    assert stored.load_memory_view(profile) == orjson.loads(orjson.dumps(view))
+
+
+def test_answers_kept_beside_the_write_equal_the_stored_profiles(
+    synth_job: list[Path], tmp_path: Path
+) -> None:
+    _kept_beside_equals_computed(synth_job, tmp_path / "home")
+
+
+@pytest.mark.parametrize("name", ["df_index_resolver", "dlrm", "resnet50_legacy", "amd", "h100"])
+def test_answers_kept_beside_the_write_equal_on_real_traces(name: str, tmp_path: Path) -> None:
+    from tests.conftest import shared_trace_set
+
+    _kept_beside_equals_computed(shared_trace_set(name), tmp_path / "home")
+
+
+def test_precompute_job_keeps_what_the_import_kept(
+    synth_job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    with Store(home) as store:
+        report = store.import_traces(synth_job, "j", beside=stored.precompute_beside)
+
+    def again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(stored, "precompute_dashboard", again)
+    monkeypatch.setattr(stored, "precompute_side_answers", again)
+    monkeypatch.setattr(stored, "connection", again)  # not even a connection is opened
+    heard: list[str] = []
+    assert stored.precompute_job(home, "j", report.profile.id, lambda what, s: heard.append(what)) == 0.0
+    assert not any("dashboard" in what or "waits" in what for what in heard)
+
+
+def test_a_failure_beside_the_write_costs_nothing(
+    synth_job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What runs beside fails: the profile is stored whole, and ``precompute_job`` computes the
+    answers from it."""
+    seen: list[int] = []
+
+    def broken(events: object, profile_dir: Path) -> None:
+        seen.append(getattr(events, "num_rows", -1))
+        raise RuntimeError("no room beside")
+
+    home = tmp_path / "home"
+    with caplog.at_level(logging.WARNING, logger="hyperscope.store"), Store(home) as store:
+        report = store.import_traces(synth_job, "j", beside=broken)
+    assert "no room beside" in caplog.text
+    assert seen == [report.profile.events]  # every row, once
+    with Store(home) as store:
+        profile = store.profile("j")
+    assert stored.load_dashboard(profile) is None
+    assert stored.precompute_job(home, "j") is not None
+    assert stored.load_dashboard(profile) is not None and stored.load_waits(profile) is not None

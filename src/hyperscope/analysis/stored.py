@@ -21,24 +21,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from duckdb import DuckDBPyConnection as Connection
 
-from hyperscope.analysis._common import ALL, connection
+from hyperscope.analysis._common import ALL, connection, memory_limit
 from hyperscope.analysis.collective_waits import collective_waits
 from hyperscope.analysis.dashboard import BUCKETS, TOP_K, dashboard, to_json
 from hyperscope.analysis.filters import profile_filters
 from hyperscope.analysis.memory_view import BUCKETS as MEMORY_BUCKETS
 from hyperscope.analysis.memory_view import TOP as MEMORY_TOP
 from hyperscope.analysis.memory_view import memory_view
+from hyperscope.schema.layout import ProfileMeta
 from hyperscope.store.derived import DERIVED_DIR, read_packed, source_digest, timeline_store_min, write_packed
-from hyperscope.store.profile import Profile
+from hyperscope.store.profile import Profile, connect_rows
 
 log = logging.getLogger("hyperscope.analysis")
 
@@ -106,11 +110,14 @@ def load_filters(profile: Profile) -> dict[str, Any] | None:
     return data if data is not None and keys <= set(data) else None
 
 
-def precompute_side_answers(profile: Profile, con: Connection | None = None) -> list[str]:
+def precompute_side_answers(
+    profile: Profile, con: Connection | None = None, only: Collection[str] | None = None
+) -> list[str]:
     """Compute and keep what the dashboard page asks beside the dashboard: the memory view, the
-    collectives' waits and the filters; the names of those kept. One that fails only warns (the
-    server computes it at the first look) and leaves the others. ``con``: a connection over the
-    profile to run them on (``analysis._common.connection``), else one each."""
+    collectives' waits and the filters (``only`` those named, where given); the names of those
+    kept. One that fails only warns (the server computes it at the first look) and leaves the
+    others. ``con``: a connection over the profile to run them on (``analysis._common.connection``),
+    else one each."""
     source = profile if con is None else con
     work: dict[str, Callable[[], object]] = {
         "memory view": lambda: precompute_memory_view(profile, con),
@@ -119,6 +126,8 @@ def precompute_side_answers(profile: Profile, con: Connection | None = None) -> 
     }
     kept = []
     for what, compute in work.items():
+        if only is not None and what not in only:
+            continue
         try:
             compute()
         except Exception as exc:
@@ -193,26 +202,31 @@ def precompute_job(
             return None
         profile = store.profile(job, profile_id)
     started = time.perf_counter()
-    took: float | None = None
-    # one connection for the four analyses: a fresh DuckDB database costs 25-40 ms each, a
-    # fifth of a small profile's whole precompute (the 8-rank DLRM set: 0.66 s)
-    with contextlib.ExitStack() as stack:
-        con: Connection | None = None
-        try:
-            con = stack.enter_context(connection(profile))
-        except Exception as exc:  # each analysis then opens its own, and says what fails
-            log.debug("hyperscope: no shared connection over %s: %s", profile.path, exc)
-        began = time.perf_counter()
-        side = _SideAnswers(profile, con)
-        try:
-            precompute_dashboard(profile, con)
-            took = time.perf_counter() - started
-        except Exception as exc:  # the profile is stored either way; the UI computes on demand
-            log.warning("hyperscope: the dashboard of %s was not precomputed: %s", job, exc)
-        finally:
-            kept = side.result()  # before the connection closes under the side answers' cursor
-        if took is not None and report is not None:
-            report("dashboard computed", took)
+    # kept already where the import computed them over its rows in memory (precompute_beside)
+    took: float | None = 0.0 if load_dashboard(profile) is not None else None
+    missing = [name for name, load in _SIDE_LOADS.items() if load(profile) is None]
+    kept: list[str] = []
+    if took is None or missing:
+        # one connection for the four analyses: a fresh DuckDB database costs 25-40 ms each, a
+        # fifth of a small profile's whole precompute (the 8-rank DLRM set: 0.66 s)
+        with contextlib.ExitStack() as stack:
+            con: Connection | None = None
+            try:
+                con = stack.enter_context(connection(profile))
+            except Exception as exc:  # each analysis then opens its own, and says what fails
+                log.debug("hyperscope: no shared connection over %s: %s", profile.path, exc)
+            began = time.perf_counter()
+            side = _SideAnswers(profile, con, missing)
+            try:
+                if took is None:
+                    precompute_dashboard(profile, con)
+                    took = time.perf_counter() - started
+                    if report is not None:
+                        report("dashboard computed", took)
+            except Exception as exc:  # the profile is stored either way; the UI computes on demand
+                log.warning("hyperscope: the dashboard of %s was not precomputed: %s", job, exc)
+            finally:
+                kept = side.result()  # before the connection closes under the side answers' cursor
     if kept and report is not None:
         report(f"{_listed(kept)} computed", time.perf_counter() - began)
     built = precompute_timeline(profile)
@@ -228,23 +242,31 @@ class _SideAnswers:
     8-rank DLRM set: 0.20 instead of 0.25). Without a second cursor, on the caller's thread after
     the dashboard, as before."""
 
-    def __init__(self, profile: Profile, con: Connection | None) -> None:
-        self._profile, self._con = profile, con
+    def __init__(
+        self,
+        profile: Profile,
+        con: Connection | None,
+        only: Collection[str] | None = None,
+        cursor: Callable[[Connection], Connection] = Connection.cursor,
+    ) -> None:
+        self._profile, self._con, self._only = profile, con, only
         self._kept: list[str] = []
         self._thread: threading.Thread | None = None
+        if only is not None and not only:
+            return
         try:
-            cursor = con.cursor() if con is not None else None  # the same views, a connection of its own
+            second = cursor(con) if con is not None else None  # the same views, a connection of its own
         except Exception as exc:  # one after the other, then
             log.debug("hyperscope: no second cursor over %s: %s", profile.path, exc)
-            cursor = None
-        if cursor is None:
+            second = None
+        if second is None:
             return
 
         def run() -> None:
             try:
-                self._kept = precompute_side_answers(profile, cursor)
+                self._kept = precompute_side_answers(profile, second, only)
             finally:
-                cursor.close()
+                second.close()
 
         self._thread = threading.Thread(target=run, name="hyperscope-precompute", daemon=True)
         self._thread.start()
@@ -252,9 +274,44 @@ class _SideAnswers:
     def result(self) -> list[str]:
         """The names of the answers kept (``precompute_side_answers``), once all are done."""
         if self._thread is None:
-            return precompute_side_answers(self._profile, self._con)
+            if self._only is not None and not self._only:
+                return []
+            return precompute_side_answers(self._profile, self._con, self._only)
         self._thread.join()
         return self._kept
+
+
+#: each side answer's loader: what ``precompute_job`` finds kept already
+_SIDE_LOADS: dict[str, Callable[[Profile], dict[str, Any] | None]] = {
+    "memory view": load_memory_view,
+    "waits": load_waits,
+    "filters": load_filters,
+}
+
+
+def precompute_beside(events: pa.Table, profile_dir: Path) -> None:
+    """The dashboard and its side answers of a profile being imported, computed over its rows in
+    memory while they are written (``Store.import_traces``' ``beside``) and kept in
+    ``profile_dir``, so they are published with the profile; ``precompute_job`` then finds them.
+    The Parquet writer keeps one core busy: df_index_resolver's import and precompute took
+    ~0.85 s one after the other, ~0.65 s so (bench/README.md, "Precompute beside the write").
+    What fails here is computed again from the stored profile by ``precompute_job``."""
+    profile = Profile(profile_dir, ProfileMeta("", "import", 0, events=events.num_rows))
+    spill = tempfile.mkdtemp(prefix="hyperscope-analysis-")
+    con = connect_rows(events)
+    try:
+        con.execute(f"SET memory_limit = '{memory_limit(events.num_rows)}'")
+        con.execute(f"SET temp_directory = '{spill.replace(chr(39), chr(39) * 2)}'")
+        side = _SideAnswers(profile, con, cursor=lambda c: connect_rows(events, c.cursor()))
+        try:
+            precompute_dashboard(profile, con)
+        except Exception as exc:  # precompute_job computes it from the stored profile
+            log.debug("hyperscope: the dashboard of %s was not computed in memory: %s", profile_dir, exc)
+        finally:
+            side.result()
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
 
 
 def _listed(names: list[str]) -> str:

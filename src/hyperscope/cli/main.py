@@ -148,6 +148,8 @@ def import_(
     else from --rank. Nothing is stored unless every file imports: a bad file stops the import
     with the file, the event index and the field at fault.
     """
+    from hyperscope.analysis.stored import precompute_beside
+
     with _store(home) as store:
         try:
             total = sum(p.stat().st_size for p in _expand(paths))
@@ -155,7 +157,10 @@ def import_(
             total = 0
         with _progress(total, f"importing {job}") as advance:
             try:
-                report = store.import_traces(paths, job, rank=rank, progress=advance)
+                # the dashboard computed while the events are written, where they fit in memory
+                report = store.import_traces(
+                    paths, job, rank=rank, progress=advance, beside=precompute_beside
+                )
             except HyperscopeError as exc:
                 _fail(f"{exc}\nnothing was imported", 2 if isinstance(exc, UsageError) else 1)
     read = sum(f.events for f in report.files)

@@ -82,8 +82,14 @@ class Store:
         *,
         rank: int | None = None,
         progress: Callable[[int], None] | None = None,
+        beside: _profile.Beside | None = None,
     ) -> ImportReport:
-        """Import trace files (one per rank) as one profile of ``job``; all or nothing."""
+        """Import trace files (one per rank) as one profile of ``job``; all or nothing.
+
+        ``beside(events, profile_dir)``: run while the events are written, where they are all in
+        memory (``profile.write_events``); what it writes into ``profile_dir`` is published with
+        the profile (``hyperscope import`` computes the dashboard there:
+        ``analysis.stored.precompute_beside``)."""
         if not job.strip():
             raise UsageError("the job name is empty")
         files = prefer_xplane(trace_files([Path(p) for p in paths]))
@@ -118,7 +124,9 @@ class Store:
                     staged = importer.result
                     out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
-                    written = _profile.write_events(importer.staged, out, offsets, budget_bytes=_budget(read))
+                    written = _profile.write_events(
+                        importer.staged, out, offsets, budget_bytes=_budget(read), beside=beside
+                    )
                     events = written.rows
                     warnings = device_like_others(written.others, staged.ranks)
                 finally:
