@@ -62,3 +62,16 @@ def test_other_json_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lay
         store.import_traces([out], "other")
         exported = store.export_chrome("other", tmp_path / "back.json")
     assert normalized_events(load(exported[0])) == normalized_events(load(out))
+
+
+@pytest.mark.parametrize("event_bytes", [60, 20_000, 300_000])
+@pytest.mark.parametrize("sep", [b",", b", \n  "])
+def test_the_last_cut_candidates_are_those_of_the_whole_tail(event_bytes: int, sep: bytes) -> None:
+    """Looked for in the last 64 KB first, then in the last MB: the same 4 candidates either way,
+    whether the 64 KB hold hundreds of events, fewer than 4, or none."""
+    event = b'{"ph": "X", "name": "' + b"n" * event_bytes + b'", "args": {"a": {"b": 1}}}'
+    for events in (1, 3, 5, 400):
+        pending = sep.join([event] * events)[: 2 << 20]
+        start = max(0, len(pending) - _tracefile._TAIL)
+        whole = [m.start() for m in list(_tracefile._BOUNDARY.finditer(pending, start))[-4:]]
+        assert [m.start() for m in _tracefile._last_boundaries(pending)] == whole, (event_bytes, events)
