@@ -10,9 +10,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 
 from hyperscope import Store
@@ -286,8 +288,9 @@ def test_a_failure_beside_the_write_costs_nothing(
     answers from it."""
     seen: list[int] = []
 
-    def broken(events: object, profile_dir: Path) -> None:
-        seen.append(getattr(events, "num_rows", -1))
+    def broken(rows: Callable[[], pa.Table | None], profile_dir: Path) -> None:
+        events = rows()
+        seen.append(-1 if events is None else events.num_rows)
         raise RuntimeError("no room beside")
 
     home = tmp_path / "home"
@@ -300,3 +303,27 @@ def test_a_failure_beside_the_write_costs_nothing(
     assert stored.load_dashboard(profile) is None
     assert stored.precompute_job(home, "j") is not None
     assert stored.load_dashboard(profile) is not None and stored.load_waits(profile) is not None
+
+
+def test_rows_written_as_parts_are_not_handed_beside(
+    synth_job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the rows an import holds, what runs beside is told there are none (and ends), and
+    ``precompute_job`` computes the answers from the stored profile."""
+    from hyperscope.store import _staged
+
+    monkeypatch.setattr(_staged, "SPILL_BYTES", 1)
+    given: list[object] = []
+
+    def beside(rows: Callable[[], pa.Table | None], profile_dir: Path) -> None:
+        given.append(rows())
+        stored.precompute_beside(lambda: None, profile_dir)  # told so, it ends having kept nothing
+
+    home = tmp_path / "home"
+    with Store(home) as store:
+        store.import_traces(synth_job, "j", beside=beside)
+        profile = store.profile("j")
+    assert given == [None]
+    assert stored.load_dashboard(profile) is None and not (profile.path / "derived").exists()
+    assert stored.precompute_job(home, "j") is not None
+    assert stored.load_dashboard(profile) is not None

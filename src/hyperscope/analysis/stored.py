@@ -289,19 +289,25 @@ _SIDE_LOADS: dict[str, Callable[[Profile], dict[str, Any] | None]] = {
 }
 
 
-def precompute_beside(events: pa.Table, profile_dir: Path) -> None:
+def precompute_beside(rows: Callable[[], pa.Table | None], profile_dir: Path) -> None:
     """The dashboard and its side answers of a profile being imported, computed over its rows in
     memory while they are written (``Store.import_traces``' ``beside``) and kept in
     ``profile_dir``, so they are published with the profile; ``precompute_job`` then finds them.
-    The Parquet writer keeps one core busy: df_index_resolver's import and precompute took
-    ~0.85 s one after the other, ~0.65 s so (bench/README.md, "Precompute beside the write").
-    What fails here is computed again from the stored profile by ``precompute_job``."""
-    profile = Profile(profile_dir, ProfileMeta("", "import", 0, events=events.num_rows))
+    The DuckDB database is made while the files are read, then ``rows()`` waited for (None: the
+    rows are in parts; ``precompute_job`` computes from the stored profile). The Parquet writer
+    keeps one core busy: df_index_resolver's import and precompute took 0.85-1.15 s one after
+    the other, 0.74 s so (bench/README.md, "The dashboard beside the write"). What fails here
+    is computed again from the stored profile by ``precompute_job``."""
     spill = tempfile.mkdtemp(prefix="hyperscope-analysis-")
-    con = connect_rows(events)
+    con = connect_rows(None)
     try:
-        con.execute(f"SET memory_limit = '{memory_limit(events.num_rows)}'")
         con.execute(f"SET temp_directory = '{spill.replace(chr(39), chr(39) * 2)}'")
+        events = rows()
+        if events is None:
+            return
+        connect_rows(events, con)
+        con.execute(f"SET memory_limit = '{memory_limit(events.num_rows)}'")
+        profile = Profile(profile_dir, ProfileMeta("", "import", 0, events=events.num_rows))
         side = _SideAnswers(profile, con, cursor=lambda c: connect_rows(events, c.cursor()))
         try:
             precompute_dashboard(profile, con)

@@ -7,7 +7,6 @@ sees half a profile and an interrupted write leaves nothing a reader would pick 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import queue
 import shutil
@@ -50,8 +49,6 @@ if TYPE_CHECKING:  # imported where used: a capture writes its parts without Duc
     import duckdb
 
     from hyperscope.store._staged import StagedRows
-
-log = logging.getLogger("hyperscope.store")
 
 ROW_GROUP_ROWS: Final = 128 * 1024
 #: zstd level of an import's events file: 0.15 s for df_index_resolver's 216k rows (562 KB), where
@@ -99,17 +96,13 @@ class Written:
     others: pa.Table
 
 
-#: What an import runs beside the writing of its events (``write_events``' ``beside``).
-Beside = Callable[[pa.Table, Path], None]
-
-
 def write_events(
     staged: StagedRows,
     out_dir: Path,
     offsets: dict[int, int],
     *,
     budget_bytes: int | None = None,
-    beside: Beside | None = None,
+    rows_held: Callable[[pa.Table], None] | None = None,
 ) -> Written:
     """Sort the staged rows by track and time, add each rank's clock offset, write one Parquet file.
 
@@ -121,11 +114,9 @@ def write_events(
     hold) are sorted a rank at a time by Arrow into the same writer where the rank's rows weigh
     at most ``_staged.RANK_SORT_BYTES``; a larger rank's parts, each sorted as it was written, are merged.
 
-    ``beside(events, out_dir)``, where every row is in memory, runs on a thread of its own while
-    the rows are sorted and written: ``events`` are the rows as they will be stored, in no
-    particular order. The Parquet writer keeps one core busy and leaves the other mostly idle;
-    what the import does next (the dashboard, over these rows) can use it. It must not raise
-    (an error is only logged); the rows are written and ``beside`` done when this returns.
+    ``rows_held(events)``, where every row is in memory: called with them (as they will be
+    stored, in no particular order) before they are sorted and written, for what runs beside the
+    import (``_beside``): the Parquet writer keeps one core busy and leaves the other mostly idle.
     """
     events_dir = out_dir / EVENTS_DIR
     events_dir.mkdir(parents=True, exist_ok=True)
@@ -134,28 +125,13 @@ def write_events(
     if table is None:
         return _write_by_rank(staged, target, offsets)
     table = _shifted(table, offsets)
-    helper = None if beside is None else _started(beside, table, out_dir)
-    try:
-        order = sort_order(table)
-        write_sorted(table, order, target, level=IMPORT_FAST_LEVEL)
-        if budget_bytes is not None and target.stat().st_size > budget_bytes:
-            write_sorted(table, order, target, level=IMPORT_ZSTD_LEVEL)
-    finally:
-        if helper is not None:
-            helper.join()
+    if rows_held is not None:
+        rows_held(table)
+    order = sort_order(table)
+    write_sorted(table, order, target, level=IMPORT_FAST_LEVEL)
+    if budget_bytes is not None and target.stat().st_size > budget_bytes:
+        write_sorted(table, order, target, level=IMPORT_ZSTD_LEVEL)
     return Written(table.num_rows, *_bounds(table), _others(table))
-
-
-def _started(beside: Beside, table: pa.Table, out_dir: Path) -> threading.Thread:
-    def run() -> None:
-        try:
-            beside(table, out_dir)
-        except Exception as exc:  # what runs beside never costs the import its profile
-            log.warning("hyperscope: %s beside the events of %s failed: %s", beside, out_dir, exc)
-
-    thread = threading.Thread(target=run, name="hyperscope-beside", daemon=True)
-    thread.start()
-    return thread
 
 
 def _bounds(table: pa.Table) -> tuple[int | None, int | None]:
@@ -420,21 +396,24 @@ class Profile:
 
 
 def connect_rows(
-    events: pa.Table, cursor: duckdb.DuckDBPyConnection | None = None
+    events: pa.Table | None, into: duckdb.DuckDBPyConnection | None = None
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection whose ``events`` are rows still in memory (an import's, being written:
-    ``write_events``' ``beside``) and whose ``samples`` are none, as ``Profile.connect`` gives for
-    the stored profile. DuckDB scans the Arrow columns where they are, without a copy.
+    ``store._beside``) and whose ``samples`` are none, as ``Profile.connect`` gives for the stored
+    profile. DuckDB scans the Arrow columns where they are, without a copy.
 
-    ``cursor``: another connection to that database (``con.cursor()``), given the same ``events``:
-    what is registered is seen by its own connection only."""
+    ``events`` None: no ``events`` yet (given later, ``into`` this connection). ``into``: a
+    connection made so, or another connection to its database (``con.cursor()``), given these
+    ``events``: what is registered is seen by its own connection only."""
     import duckdb
 
-    con = duckdb.connect() if cursor is None else cursor
-    con.execute("SET enable_progress_bar = false")
-    con.register("events", events)
-    if cursor is None:
+    con = into
+    if con is None:
+        con = duckdb.connect()
         con.execute(f"CREATE VIEW samples AS {_NO_SAMPLES}")
+    con.execute("SET enable_progress_bar = false")
+    if events is not None:
+        con.register("events", events)
     return con
 
 

@@ -26,6 +26,7 @@ from hyperscope.schema.layout import (
 from hyperscope.store import _rankpool
 from hyperscope.store import profile as _profile
 from hyperscope.store._arrow_rows import system_allocator
+from hyperscope.store._beside import Beside, BesideRun
 from hyperscope.store._categories import device_like_others
 from hyperscope.store.catalog import Catalog, Job, JobStatus, ProfileRef
 from hyperscope.store.home import default_home as default_home  # re-exported: its old home
@@ -82,14 +83,14 @@ class Store:
         *,
         rank: int | None = None,
         progress: Callable[[int], None] | None = None,
-        beside: _profile.Beside | None = None,
+        beside: Beside | None = None,
     ) -> ImportReport:
         """Import trace files (one per rank) as one profile of ``job``; all or nothing.
 
-        ``beside(events, profile_dir)``: run while the events are written, where they are all in
-        memory (``profile.write_events``); what it writes into ``profile_dir`` is published with
-        the profile (``hyperscope import`` computes the dashboard there:
-        ``analysis.stored.precompute_beside``)."""
+        ``beside(rows, profile_dir)``: run on a thread of its own from the start of the import,
+        handed the events where they are all in memory, before they are written (``_beside``);
+        what it writes into ``profile_dir`` is published with the profile (``hyperscope import``
+        computes the dashboard there: ``analysis.stored.precompute_beside``)."""
         if not job.strip():
             raise UsageError("the job name is empty")
         files = prefer_xplane(trace_files([Path(p) for p in paths]))
@@ -101,6 +102,9 @@ class Store:
         created = time.time_ns()
         try:
             with _profile.staging(self.home) as work, contextlib.ExitStack() as workers, system_allocator():
+                out = work / "out"
+                if beside is not None:
+                    workers.callback((run := BesideRun(beside, out)).finish)  # ends before the staging
                 single = 0 if len(files) == 1 else None
                 json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
                 pool, metas = None, rank_metas(json_files, rank, single)  # fail fast, before any read
@@ -122,10 +126,10 @@ class Store:
                     importer.settle(read, metas, importer.figures())
                     add_xplane_files(importer, [f for f in files if is_xplane(f)], rank, default_rank=single)
                     staged = importer.result
-                    out = work / "out"
                     offsets = {m.rank: m.clock_offset_ns for m in staged.ranks}
+                    held = None if beside is None else run.give
                     written = _profile.write_events(
-                        importer.staged, out, offsets, budget_bytes=_budget(read), beside=beside
+                        importer.staged, out, offsets, budget_bytes=_budget(read), rows_held=held
                     )
                     events = written.rows
                     warnings = device_like_others(written.others, staged.ranks)
@@ -140,6 +144,8 @@ class Store:
                     ts_min_ns=written.ts_min_ns,
                     ts_max_ns=written.ts_max_ns,
                 )
+                if beside is not None:
+                    run.finish()  # what it writes is published with the profile
                 target = _profile.publish(self.home, out, meta)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
