@@ -180,3 +180,23 @@ def test_a_killed_worker_fails_the_import(tmp_path: Path, monkeypatch: pytest.Mo
     assert any(str(f) in str(caught.value) for f in files)
     _no_new_children(before)
     _nothing_stored(tmp_path / "home")
+
+
+def test_what_runs_beside_starts_after_the_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``beside`` (the dashboard ``hyperscope import`` computes) starts its thread only once the
+    workers are forked: a thread alive at the fork would keep the import from forking at all
+    (``single_threaded``). The workers' parts, read back into memory, are handed to it whole."""
+    asked: list[bool] = []
+    decide = _rankpool.processes_for
+
+    def processes_for(files: int, json_bytes: int | None = None) -> int:
+        asked.append(any(t.name == "hyperscope-beside" for t in threading.enumerate()))
+        return decide(files, json_bytes)
+
+    monkeypatch.setattr(_rankpool, "processes_for", processes_for)
+    given: list[object] = []
+    paths = write_job(tmp_path / "traces", SynthSpec(ranks=2, steps=3))
+    with Store(tmp_path / "home") as store:
+        report = store.import_traces(paths, "j", beside=lambda rows, where: given.append(rows()))
+    assert asked == [False]
+    assert [getattr(t, "num_rows", None) for t in given] == [report.profile.events]

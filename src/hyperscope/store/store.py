@@ -103,8 +103,6 @@ class Store:
         try:
             with _profile.staging(self.home) as work, contextlib.ExitStack() as workers, system_allocator():
                 out = work / "out"
-                if beside is not None:
-                    workers.callback((run := BesideRun(beside, out)).finish)  # ends before the staging
                 single = 0 if len(files) == 1 else None
                 json_files = [readable_xla_json(f, work) for f in files if not is_xplane(f)]
                 pool, metas = None, rank_metas(json_files, rank, single)  # fail fast, before any read
@@ -113,6 +111,8 @@ class Store:
                     pool = workers.enter_context(
                         _rankpool.RankPool(json_files, metas, work, processes, progress)
                     )
+                if beside is not None:  # after the fork: a thread running then would forbid it
+                    workers.callback((run := BesideRun(beside, out)).finish)  # ends before the staging
                 importer = Importer(work, progress=progress)
                 try:
                     importer.result.ranks.extend(metas)
